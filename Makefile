@@ -1,0 +1,31 @@
+# tfcourse — `make lab` opens the course, `make test` runs every test.
+# Both create (or reuse) the virtual environment in $(VENV) and install the project into it.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.tfcourse-installed
+
+.PHONY: help lab test bench clean-venv
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 10))' \
+		|| { echo "tfcourse needs Python >= 3.10; set PYTHON=python3.x"; exit 1; }
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --upgrade pip
+	$(BIN)/python -m pip install -e .
+	@touch $(STAMP)
+
+lab: $(STAMP)  ## set up, then open the course in JupyterLab
+	$(BIN)/jupyter lab notebooks/
+
+test: $(STAMP)  ## set up, then run the whole test suite
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+bench: $(STAMP)  ## print the package's performance figures
+	$(BIN)/python -m tfcourse.bench
+
+clean-venv:  ## delete the virtual environment
+	rm -rf $(VENV)
