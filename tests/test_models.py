@@ -1,0 +1,300 @@
+"""Embeddings, FFN, whole models and decoding: hand-computed values and properties that must hold."""
+
+import math
+
+import pytest
+import torch
+
+from tfcourse.attention import KVCache, MultiHeadAttention, causal_mask, scaled_dot_product_attention
+from tfcourse.blocks import EncoderLayer, LayerNorm
+from tfcourse.decoding import (beam_search_gpt, filter_logits, generate, length_penalty, sample_next_token,
+                               translate_beam, translate_greedy)
+from tfcourse.embedding import InputEmbedding, TokenEmbedding, sinusoidal_positional_encoding
+from tfcourse.ffn import PositionwiseFeedForward
+from tfcourse.models import (GPT, EncoderOnly, EncoderOnlyConfig, GPTConfig, Transformer, TransformerConfig,
+                             count_parameters)
+
+
+def tiny_gpt(seed=0, **overrides):
+    torch.manual_seed(seed)
+    config = dict(vocab_size=23, max_len=32, d_model=32, n_heads=4, n_layers=2, dropout=0.0)
+    config.update(overrides)
+    return GPT(GPTConfig(**config)).eval()
+
+
+def tiny_transformer(seed=0, **overrides):
+    torch.manual_seed(seed)
+    config = dict(src_vocab_size=19, tgt_vocab_size=17, d_model=32, n_heads=4, n_layers=2, dropout=0.0, max_len=40)
+    config.update(overrides)
+    return Transformer(TransformerConfig(**config)).eval()
+
+
+# ------------------------------------------------------------------------------------------
+# embeddings and positional encoding
+# ------------------------------------------------------------------------------------------
+
+
+def test_positional_encoding_at_hand_computed_positions():
+    pe = sinusoidal_positional_encoding(max_len=10, d_model=4)
+    assert pe.shape == (10, 4)
+    # position 0: sin(0) = 0 in even dims, cos(0) = 1 in odd dims
+    torch.testing.assert_close(pe[0], torch.tensor([0.0, 1.0, 0.0, 1.0]))
+    # i = 0: angle = pos; i = 1: angle = pos / 10000^(2/4) = pos / 100
+    torch.testing.assert_close(pe[1], torch.tensor([math.sin(1), math.cos(1), math.sin(0.01), math.cos(0.01)]))
+    torch.testing.assert_close(pe[7, 2:], torch.tensor([math.sin(0.07), math.cos(0.07)]))
+    big = sinusoidal_positional_encoding(100, 512)
+    torch.testing.assert_close(big[50, 510], torch.tensor(math.sin(50 / 10000 ** (510 / 512))))
+    torch.testing.assert_close(big[50, 511], torch.tensor(math.cos(50 / 10000 ** (510 / 512))))
+
+
+def test_token_embedding_is_scaled_lookup_equal_to_one_hot_product():
+    torch.manual_seed(0)
+    emb = TokenEmbedding(vocab_size=10, d_model=16)
+    ids = torch.tensor([[3, 1, 3]])
+    one_hot = torch.nn.functional.one_hot(ids, 10).float()  # (1, 3, 10)
+    torch.testing.assert_close(emb(ids), one_hot @ emb.weight * 4.0)  # sqrt(16) = 4
+    assert torch.equal(emb(ids)[0, 0], emb(ids)[0, 2])  # the same token gets the same vector
+
+
+def test_without_positional_encoding_attention_is_permutation_invariant():
+    # 猫追狗 vs 狗追猫: same tokens, different order. Without PE each token's output is identical.
+    torch.manual_seed(1)
+    vocab = {"猫": 0, "追": 1, "狗": 2}
+    emb, attn = TokenEmbedding(3, 16), MultiHeadAttention(16, 2).eval()
+    a = torch.tensor([[vocab[c] for c in "猫追狗"]])
+    b = torch.tensor([[vocab[c] for c in "狗追猫"]])
+    out_a, out_b = attn(emb(a)), attn(emb(b))
+    torch.testing.assert_close(out_a[0, 0], out_b[0, 2])  # 猫 is first in a, last in b
+    with_pe = InputEmbedding(3, 16, max_len=8, dropout=0.0)
+    assert not torch.allclose(attn(with_pe(a))[0, 0], attn(with_pe(b))[0, 2], atol=1e-4)
+
+
+# ------------------------------------------------------------------------------------------
+# feed-forward network
+# ------------------------------------------------------------------------------------------
+
+
+def test_ffn_worked_example_from_the_syllabus():
+    # d_model = 2, d_ff = 3, x = (1, -2) -> h = (1, -2, 3) -> ReLU (1, 0, 3) -> (4, 1) -> + x = (5, -1)
+    ffn = PositionwiseFeedForward(d_model=2, d_ff=3)
+    with torch.no_grad():
+        ffn.linear1.weight.copy_(torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, -1.0]]))  # W1^T, (d_ff, d_model)
+        ffn.linear1.bias.zero_()
+        ffn.linear2.weight.copy_(torch.tensor([[1.0, 0.0, 1.0], [1.0, 0.0, 0.0]]))  # W2^T, (d_model, d_ff)
+        ffn.linear2.bias.zero_()
+    x = torch.tensor([1.0, -2.0])
+    h = ffn.linear1(x)
+    torch.testing.assert_close(h, torch.tensor([1.0, -2.0, 3.0]))
+    torch.testing.assert_close(torch.relu(h), torch.tensor([1.0, 0.0, 3.0]))
+    torch.testing.assert_close(ffn(x), torch.tensor([4.0, 1.0]))
+    torch.testing.assert_close(ffn(x) + x, torch.tensor([5.0, -1.0]))
+
+
+def test_ffn_is_position_wise_and_defaults_to_4x():
+    torch.manual_seed(2)
+    ffn = PositionwiseFeedForward(8)
+    assert ffn.d_ff == 32
+    x = torch.randn(2, 5, 8)
+    x2 = x.clone()
+    x2[:, 3] = torch.randn(2, 8)  # change one position only
+    out, out2 = ffn(x), ffn(x2)
+    torch.testing.assert_close(out[:, [0, 1, 2, 4]], out2[:, [0, 1, 2, 4]])
+    torch.testing.assert_close(out[:, 3], ffn(x[:, 3]))
+
+
+# ------------------------------------------------------------------------------------------
+# shapes (table 3-1), parameter count (table 3-2), causality
+# ------------------------------------------------------------------------------------------
+
+
+def test_shapes_at_every_stage_of_the_encoder_decoder():
+    model = tiny_transformer()
+    src, tgt = torch.randint(1, 19, (3, 11)), torch.randint(1, 17, (3, 7))
+    x = model.src_embed(src)
+    assert x.shape == (3, 11, 32)  # (B, S, d_model)
+    memory, src_mask = model.encode(src)
+    assert memory.shape == (3, 11, 32) and src_mask.shape == (3, 1, 1, 11)
+    heads = model.encoder.layers[0].self_attn.split_heads(x)
+    assert heads.shape == (3, 4, 11, 8)  # (B, n_heads, S, d_head)
+    assert model(src, tgt).shape == (3, 7, 17)  # (B, T, tgt_vocab)
+
+
+def test_base_config_parameter_count():
+    """Table 3-2: N=6, d_model=512, d_ff=2048, h=8, d_k=d_v=64, shared 37000-token vocabulary.
+
+    embedding (shared by source, target and output): 37000 * 512             = 18,944,000
+    one attention: 4 * (512 * 512 + 512)                                       =  1,050,624
+    one FFN: 512 * 2048 + 2048 + 2048 * 512 + 512                             =  2,099,712
+    encoder layer: attention + FFN + 2 LayerNorms (2 * 1024)                  =  3,152,384
+    decoder layer: 2 attentions + FFN + 3 LayerNorms (3 * 1024)               =  4,204,032
+    total: 18,944,000 + 6 * 3,152,384 + 6 * 4,204,032                         = 63,082,496
+    The paper's "65M" (table 3) is this rounded; its exact vocabulary size is not given.
+    """
+    config = TransformerConfig.base()
+    assert (config.d_model, config.d_ff, config.n_heads, config.d_head, config.n_layers) == (512, 2048, 8, 64, 6)
+    assert config.d_head == config.d_model // config.n_heads and config.d_ff == 4 * config.d_model
+    model = Transformer(config)
+    assert count_parameters(model) == 63_082_496
+    assert 60e6 < count_parameters(model) < 66e6
+
+
+def test_gpt_is_causal():
+    model = tiny_gpt()
+    ids = torch.randint(0, 23, (2, 12))
+    changed = ids.clone()
+    changed[:, 7:] = (changed[:, 7:] + 5) % 23  # change every token from position 7 on
+    torch.testing.assert_close(model(ids)[:, :7], model(changed)[:, :7])
+    assert not torch.allclose(model(ids)[:, 7:], model(changed)[:, 7:])
+
+
+def test_decoder_is_causal_and_encoder_sees_everything():
+    model = tiny_transformer()
+    src, tgt = torch.randint(1, 19, (2, 9)), torch.randint(1, 17, (2, 6))
+    changed = tgt.clone()
+    changed[:, 4:] = (changed[:, 4:] % 16) + 1
+    torch.testing.assert_close(model(src, tgt)[:, :4], model(src, changed)[:, :4])
+    src2 = src.clone()
+    src2[:, -1] = (src2[:, -1] % 18) + 1  # the last source word affects every target position
+    assert not torch.allclose(model(src, tgt)[:, 0], model(src2, tgt)[:, 0])
+
+
+def test_tied_and_shared_embeddings_are_one_tensor():
+    model = Transformer(TransformerConfig(20, 20, 16, 2, 1, share_embeddings=True, tie_output=True))
+    assert model.src_embed.token.weight is model.tgt_embed.token.weight is model.output.weight
+    gpt = tiny_gpt()
+    assert gpt.output.weight is gpt.embed.token.weight
+
+
+def test_encoder_only_heads():
+    torch.manual_seed(3)
+    classifier = EncoderOnly(EncoderOnlyConfig(vocab_size=30, n_classes=3, d_model=16, n_heads=2, n_layers=1))
+    ids = torch.randint(1, 30, (4, 9))
+    assert classifier(ids).shape == (4, 3)
+    mlm = EncoderOnly(EncoderOnlyConfig(vocab_size=30, d_model=16, n_heads=2, n_layers=1)).eval()
+    assert mlm(ids).shape == (4, 9, 30)
+    # bidirectional: the first position's output depends on the last token
+    later = ids.clone()
+    later[:, -1] = (later[:, -1] % 28) + 1
+    assert not torch.allclose(mlm(ids)[:, 0], mlm(later)[:, 0])
+
+
+# ------------------------------------------------------------------------------------------
+# decoding
+# ------------------------------------------------------------------------------------------
+
+
+def test_kv_cache_generation_equals_generation_without_cache():
+    model = tiny_gpt(4)
+    prompt = torch.randint(0, 23, (2, 5))
+    with_cache = generate(model, prompt, 20, temperature=0, use_cache=True)
+    without = generate(model, prompt, 20, temperature=0, use_cache=False)
+    assert torch.equal(with_cache, without)
+    gen_a, gen_b = torch.Generator().manual_seed(0), torch.Generator().manual_seed(0)
+    sampled_a = generate(model, prompt, 20, temperature=1.0, top_k=5, use_cache=True, generator=gen_a)
+    sampled_b = generate(model, prompt, 20, temperature=1.0, top_k=5, use_cache=False, generator=gen_b)
+    assert torch.equal(sampled_a, sampled_b)
+
+
+def test_kv_cache_logits_match_full_forward():
+    model = tiny_gpt(5)
+    ids = torch.randint(0, 23, (1, 10))
+    caches = model.make_caches()
+    first = model(ids[:, :6], caches)
+    rest = [model(ids[:, t : t + 1], caches) for t in range(6, 10)]
+    torch.testing.assert_close(torch.cat([first, *rest], dim=1), model(ids), atol=1e-5, rtol=1e-5)
+
+
+def test_beam_search_with_beam_one_equals_greedy():
+    model = tiny_gpt(6)
+    prompt = torch.randint(0, 23, (1, 4))
+    greedy = generate(model, prompt, 12, temperature=0)
+    assert torch.equal(beam_search_gpt(model, prompt[0], 12, beam_size=1), greedy[0])
+    greedy_eos = generate(model, prompt, 12, temperature=0, eos_id=int(greedy[0, 6]))
+    assert torch.equal(beam_search_gpt(model, prompt[0], 12, beam_size=1, eos_id=int(greedy[0, 6])),
+                       greedy_eos[0])
+
+
+def test_beam_search_finds_a_sequence_at_least_as_likely_as_greedy():
+    model = tiny_gpt(7)
+    prompt = torch.randint(0, 23, (1, 3))
+
+    def log_prob(seq):
+        logits = model(seq[None, :-1])[0]
+        return torch.log_softmax(logits, -1)[2:].gather(1, seq[3:, None]).sum()  # new tokens only
+
+    greedy = generate(model, prompt, 6, temperature=0)[0]
+    beam = beam_search_gpt(model, prompt[0], 6, beam_size=5, alpha=0.0)
+    assert log_prob(beam) >= log_prob(greedy) - 1e-5
+
+
+def test_encoder_decoder_greedy_with_cache_equals_beam_one():
+    model = tiny_transformer(8)
+    src = torch.randint(3, 19, (1, 8))
+    greedy = translate_greedy(model, src, bos_id=1, eos_id=2, max_new_tokens=10)
+    beam = translate_beam(model, src[0], bos_id=1, eos_id=2, max_new_tokens=10, beam_size=1)
+    assert torch.equal(greedy[0], beam)
+    # the cached decoder equals re-running the decoder on the whole prefix
+    memory, src_mask = model.encode(src)
+    logits = model.decode(greedy[:, :-1], memory, src_mask)
+    assert torch.equal(logits.argmax(-1), greedy[:, 1:])
+
+
+def test_top_k_top_p_and_temperature():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    assert torch.isinf(filter_logits(logits, top_k=2)[0, 2:]).all()
+    assert torch.isfinite(filter_logits(logits, top_k=2)[0, :2]).all()
+    kept = torch.isfinite(filter_logits(logits, top_p=0.75))[0]  # 0.5 + 0.3 reaches 0.75
+    assert kept.tolist() == [True, True, False, False]
+    assert torch.isfinite(filter_logits(logits, top_p=0.01)).sum() == 1  # the best token always stays
+    assert sample_next_token(logits, temperature=0).item() == 0
+    gen = torch.Generator().manual_seed(0)
+    draws = torch.cat([sample_next_token(logits, 1.0, top_k=2, generator=gen) for _ in range(300)])
+    assert set(draws.tolist()) == {0, 1}
+    cold = torch.cat([sample_next_token(logits, 0.05, generator=gen) for _ in range(100)])
+    assert (cold == 0).all()
+    assert length_penalty(1, 0.0) == 1.0 and length_penalty(7, 1.0) == 2.0
+
+
+# ------------------------------------------------------------------------------------------
+# bad input gets a clear error
+# ------------------------------------------------------------------------------------------
+
+
+def test_clear_errors():
+    with pytest.raises(ValueError, match=r"d_model \(30\) must be divisible by n_heads \(4\)"):
+        MultiHeadAttention(30, 4)
+    with pytest.raises(ValueError, match="divisible by n_heads"):
+        GPTConfig(vocab_size=10, d_model=30, n_heads=4)
+    q = torch.randn(1, 2, 3, 4)
+    with pytest.raises(TypeError, match="bool tensor"):
+        scaled_dot_product_attention(q, q, q, mask=torch.ones(3, 3))
+    with pytest.raises(ValueError, match=r"does not broadcast .* \(T_q, T_k\)"):
+        scaled_dot_product_attention(q, q, q, mask=torch.ones(4, 4, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"expected q \(\.\.\., T_q, d_k\)"):
+        scaled_dot_product_attention(q, q[..., :2], q)
+    model = tiny_gpt()
+    with pytest.raises(ValueError, match=r"contain 23, outside the vocabulary \[0, 23\)"):
+        model(torch.tensor([[1, 23]]))
+    with pytest.raises(ValueError, match="contain -1"):
+        model(torch.tensor([[-1, 2]]))
+    with pytest.raises(TypeError, match="integer tensor"):
+        model(torch.tensor([[1.0, 2.0]]))
+    with pytest.raises(ValueError, match=r"must have 2 dimensions \(B, T\)"):
+        model(torch.tensor([1, 2]))
+    with pytest.raises(ValueError, match="longer than max_len=32"):
+        model(torch.zeros(1, 33, dtype=torch.long))
+    with pytest.raises(ValueError, match="empty batch"):
+        model(torch.zeros(0, 5, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"d_model=8"):
+        LayerNorm(8)(torch.randn(2, 7))
+    with pytest.raises(ValueError, match=r"x must be \(B, T, d_model=32\)"):
+        MultiHeadAttention(32, 4)(torch.randn(2, 3, 16))
+    with pytest.raises(ValueError, match="d_model must be even"):
+        sinusoidal_positional_encoding(4, 7)
+    with pytest.raises(ValueError, match="exceeds max_len"):
+        generate(model, torch.zeros(1, 30, dtype=torch.long), 10)
+    with pytest.raises(ValueError, match="shared vocabulary"):
+        TransformerConfig(10, 12, share_embeddings=True)
+    layer = EncoderLayer(16, 2, dropout=0.0)
+    with pytest.raises(ValueError, match=r"\(B, T, d_model\)"):
+        layer(torch.randn(16))

@@ -1,0 +1,160 @@
+"""Stage 3: blocks. Each sub-layer (attention, FFN) is wrapped in a residual connection and LayerNorm.
+
+Post-LN, the paper's arrangement (default):     z1 = LN(x + MHA(x)),   z2 = LN(z1 + FFN(z1))
+Pre-LN (norm_first=True, GPT-2 and later):      z1 = x + MHA(LN(x)),   z2 = z1 + FFN(LN(z1))
+
+Pre-LN keeps an untouched path from input to output (the residual stream), which trains deep
+stacks without careful warm-up; it then needs one final LayerNorm after the last block.
+A block never changes the shape (B, T, d_model), so N blocks stack freely.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor, nn
+
+from .attention import KVCache, MultiHeadAttention
+from .ffn import PositionwiseFeedForward
+from .validation import expect_tensor, shape_str
+
+
+class LayerNorm(nn.Module):
+    """LN(x) = gain * (x - mean) / sqrt(var + eps) + bias, statistics over the last dimension.
+
+    Each position is normalised on its own (unlike BatchNorm, nothing depends on the batch),
+    then `gain` and `bias` let the model undo the normalisation where that helps.
+    eps sits *inside* the square root so a constant vector divides by sqrt(eps), not by 0.
+    """
+
+    def __init__(self, d_model: int, eps: float = 1e-5):
+        super().__init__()
+        self.d_model, self.eps = d_model, eps
+        self.weight = nn.Parameter(torch.ones(d_model))  # gain
+        self.bias = nn.Parameter(torch.zeros(d_model))
+
+    def forward(self, x: Tensor) -> Tensor:
+        expect_tensor(x, "x", expected="(..., d_model)")
+        if x.shape[-1] != self.d_model:
+            raise ValueError(f"x must end in d_model={self.d_model}, got shape {shape_str(x)}")
+        mean = x.mean(dim=-1, keepdim=True)  # (..., 1)
+        var = x.var(dim=-1, keepdim=True, unbiased=False)  # (..., 1): divide by d_model, not d_model - 1
+        return self.weight * (x - mean) / torch.sqrt(var + self.eps) + self.bias
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention -> FFN, each with residual + LayerNorm. With a causal mask this is also the
+    GPT block: the three families differ by mask, not by block."""
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int | None = None, dropout: float = 0.1,
+                 norm_first: bool = False, activation: str = "relu", fused: bool = False):
+        super().__init__()
+        self.norm_first = norm_first
+        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout, fused=fused)
+        self.ffn = PositionwiseFeedForward(d_model, d_ff, dropout, activation)
+        self.norm1, self.norm2 = LayerNorm(d_model), LayerNorm(d_model)
+        self.dropout1, self.dropout2 = nn.Dropout(dropout), nn.Dropout(dropout)
+
+    def forward(self, x: Tensor, mask: Tensor | None = None, cache: KVCache | None = None) -> Tensor:
+        def attend(h: Tensor) -> Tensor:
+            return self.dropout1(self.self_attn(h, mask=mask, cache=cache))
+
+        def feed_forward(h: Tensor) -> Tensor:
+            return self.dropout2(self.ffn(h))
+
+        if self.norm_first:
+            x = x + attend(self.norm1(x))
+            return x + feed_forward(self.norm2(x))
+        x = self.norm1(x + attend(x))
+        return self.norm2(x + feed_forward(x))
+
+
+@dataclass
+class DecoderLayerCache:
+    """A decoder layer's caches: its own past keys/values, and the encoder memory's keys/values."""
+
+    self_attn: KVCache = field(default_factory=KVCache)
+    cross_attn: KVCache = field(default_factory=KVCache)
+
+
+class DecoderLayer(nn.Module):
+    """Masked self-attention -> cross-attention (Q from the decoder, K and V from the encoder
+    output H) -> FFN, each with residual + LayerNorm."""
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int | None = None, dropout: float = 0.1,
+                 norm_first: bool = False, activation: str = "relu"):
+        super().__init__()
+        self.norm_first = norm_first
+        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout)
+        self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout)
+        self.ffn = PositionwiseFeedForward(d_model, d_ff, dropout, activation)
+        self.norm1, self.norm2, self.norm3 = LayerNorm(d_model), LayerNorm(d_model), LayerNorm(d_model)
+        self.dropout1, self.dropout2, self.dropout3 = nn.Dropout(dropout), nn.Dropout(dropout), nn.Dropout(dropout)
+
+    def forward(self, x: Tensor, memory: Tensor, self_mask: Tensor | None = None,
+                memory_mask: Tensor | None = None, cache: DecoderLayerCache | None = None) -> Tensor:
+        self_cache = cache.self_attn if cache is not None else None
+        cross_cache = cache.cross_attn if cache is not None else None
+
+        def attend_self(h: Tensor) -> Tensor:
+            return self.dropout1(self.self_attn(h, mask=self_mask, cache=self_cache))
+
+        def attend_memory(h: Tensor) -> Tensor:
+            return self.dropout2(self.cross_attn(h, memory, mask=memory_mask, cache=cross_cache))
+
+        def feed_forward(h: Tensor) -> Tensor:
+            return self.dropout3(self.ffn(h))
+
+        if self.norm_first:
+            x = x + attend_self(self.norm1(x))
+            x = x + attend_memory(self.norm2(x))
+            return x + feed_forward(self.norm3(x))
+        x = self.norm1(x + attend_self(x))
+        x = self.norm2(x + attend_memory(x))
+        return self.norm3(x + feed_forward(x))
+
+
+def _final_norm(norm_first: bool, d_model: int) -> nn.Module:
+    # Pre-LN leaves the residual stream un-normalised, so the stack ends with one LayerNorm.
+    return LayerNorm(d_model) if norm_first else nn.Identity()
+
+
+class Encoder(nn.Module):
+    """N encoder layers, each with its own freshly initialised weights. (B, T, d_model) in and out."""
+
+    def __init__(self, n_layers: int, d_model: int, n_heads: int, d_ff: int | None = None, dropout: float = 0.1,
+                 norm_first: bool = False, activation: str = "relu", fused: bool = False):
+        super().__init__()
+        self.layers = nn.ModuleList(
+            EncoderLayer(d_model, n_heads, d_ff, dropout, norm_first, activation, fused) for _ in range(n_layers)
+        )
+        self.norm = _final_norm(norm_first, d_model)
+
+    def forward(self, x: Tensor, mask: Tensor | None = None, caches: list[KVCache] | None = None) -> Tensor:
+        expect_tensor(x, "x", ndim=3, expected="(B, T, d_model)")
+        for i, layer in enumerate(self.layers):
+            x = layer(x, mask, caches[i] if caches is not None else None)  # (B, T, d_model)
+        return self.norm(x)
+
+
+class Decoder(nn.Module):
+    """N decoder layers, each attending to the same encoder output `memory`."""
+
+    def __init__(self, n_layers: int, d_model: int, n_heads: int, d_ff: int | None = None, dropout: float = 0.1,
+                 norm_first: bool = False, activation: str = "relu"):
+        super().__init__()
+        self.layers = nn.ModuleList(
+            DecoderLayer(d_model, n_heads, d_ff, dropout, norm_first, activation) for _ in range(n_layers)
+        )
+        self.norm = _final_norm(norm_first, d_model)
+
+    def forward(self, x: Tensor, memory: Tensor, self_mask: Tensor | None = None,
+                memory_mask: Tensor | None = None, caches: list[DecoderLayerCache] | None = None) -> Tensor:
+        expect_tensor(x, "x", ndim=3, expected="(B, T_tgt, d_model)")
+        for i, layer in enumerate(self.layers):
+            x = layer(x, memory, self_mask, memory_mask, caches[i] if caches is not None else None)
+        return self.norm(x)  # (B, T_tgt, d_model)
+
+
+__all__ = ["LayerNorm", "EncoderLayer", "DecoderLayer", "DecoderLayerCache", "Encoder", "Decoder"]

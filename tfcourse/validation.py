@@ -1,0 +1,44 @@
+"""Input checks shared by the modules: bad input fails early, naming the problem and the expected shape/type."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def shape_str(t: Tensor) -> str:
+    """`(2, 5, 64)`-style text for error messages."""
+    return "(" + ", ".join(str(s) for s in t.shape) + ")"
+
+
+def expect_tensor(x: object, name: str, ndim: int | None = None, expected: str = "") -> Tensor:
+    """Fail unless `x` is a tensor with `ndim` dimensions; `expected` names the shape, e.g. '(B, T)'."""
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor {expected}, got {type(x).__name__}")
+    if ndim is not None and x.dim() != ndim:
+        raise ValueError(f"{name} must have {ndim} dimensions {expected}, got shape {shape_str(x)}")
+    return x
+
+
+def expect_token_ids(ids: object, vocab_size: int, name: str = "token ids") -> Tensor:
+    """Token ids: an integer (B, T) tensor, B >= 1, every id in [0, vocab_size)."""
+    ids = expect_tensor(ids, name, ndim=2, expected="(B, T)")
+    if ids.dtype.is_floating_point or ids.dtype == torch.bool or ids.is_complex():
+        raise TypeError(f"{name} must be an integer tensor (torch.long), got dtype {ids.dtype}")
+    if ids.shape[0] == 0 or ids.shape[1] == 0:
+        raise ValueError(f"{name} is an empty batch: shape {shape_str(ids)}; expected (B, T) with B, T >= 1")
+    if not torch.compiler.is_compiling():  # a data-dependent check cannot be traced
+        low, high = int(ids.min()), int(ids.max())
+        if low < 0 or high >= vocab_size:
+            bad = low if low < 0 else high
+            raise ValueError(f"{name} contain {bad}, outside the vocabulary [0, {vocab_size})")
+    return ids
+
+
+def expect_divisible(d_model: int, n_heads: int) -> None:
+    """Multi-head attention splits d_model into n_heads equal slices of d_head = d_model / n_heads."""
+    if n_heads < 1 or d_model % n_heads != 0:
+        raise ValueError(
+            f"d_model ({d_model}) must be divisible by n_heads ({n_heads}): "
+            f"each head gets d_head = d_model / n_heads dimensions"
+        )
