@@ -1,0 +1,526 @@
+"""Tokenizers: turning text into the integer ids a Transformer reads, and back.
+
+Three granularities are built here, from coarse to fine. Characters: a tiny vocabulary,
+but long sequences. Words: short sequences, but a huge vocabulary in which every unseen
+word becomes <unk>. Bytes merged by BPE (byte-pair encoding, as in GPT-2): it starts from
+the 256 byte values, so any text can be encoded, and learns merges of frequent byte pairs
+so that common words become one token; the vocabulary size is a dial between the two.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Iterator, Sequence
+
+import regex
+
+__all__ = [
+    "CharTokenizer",
+    "WordTokenizer",
+    "GPT2_SPLIT_PATTERN",
+    "pretokenize",
+    "split_on_special_tokens",
+    "count_pretokens",
+    "count_pairs",
+    "merge_word",
+    "train_bpe",
+    "BPETokenizer",
+]
+
+Word = tuple[bytes, ...]  # a pre-token as its current sequence of tokens (each token is bytes)
+Pair = tuple[bytes, bytes]  # two adjacent tokens that BPE may merge into one
+
+
+def _require_str(text: object, what: str = "text") -> str:
+    """Return `text` unchanged, or raise a TypeError naming the type that was passed instead."""
+    if not isinstance(text, str):
+        raise TypeError(f"{what} must be a str, got {type(text).__name__}")
+    return text
+
+
+# --------------------------------------------------------------------------------------
+# 1. Characters
+# --------------------------------------------------------------------------------------
+
+
+class CharTokenizer:
+    """One token per character; the vocabulary is the sorted set of characters seen in training."""
+
+    def __init__(self, chars: Sequence[str]) -> None:
+        self.itos: list[str] = list(chars)
+        self.stoi: dict[str, int] = {ch: i for i, ch in enumerate(self.itos)}
+        if len(self.stoi) != len(self.itos):
+            raise ValueError("characters of a CharTokenizer must be unique")
+
+    @classmethod
+    def from_text(cls, text: str) -> CharTokenizer:
+        """Build the vocabulary from the distinct characters of `text`, sorted: reproducible ids."""
+        return cls(sorted(set(_require_str(text))))
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.itos)
+
+    def encode(self, text: str) -> list[int]:
+        ids = []
+        for ch in _require_str(text):
+            if ch not in self.stoi:
+                raise ValueError(f"character {ch!r} was not in the training text, so it has no id")
+            ids.append(self.stoi[ch])
+        return ids
+
+    def decode(self, ids: Iterable[int]) -> str:
+        chars = []
+        for i in ids:
+            if not 0 <= i < self.vocab_size:
+                raise ValueError(f"id {i} is out of range: valid ids are [0, {self.vocab_size})")
+            chars.append(self.itos[i])
+        return "".join(chars)
+
+
+# --------------------------------------------------------------------------------------
+# 2. Words
+# --------------------------------------------------------------------------------------
+
+# A word is a run of letters/digits/underscore; every punctuation mark is a token of its own.
+_WORD_PATTERN = regex.compile(r"\w+|[^\w\s]")
+DEFAULT_SPECIALS = ("<pad>", "<unk>", "<bos>", "<eos>")
+
+
+class WordTokenizer:
+    """One token per word or punctuation mark; words outside the vocabulary become <unk>.
+
+    Text is split with a simple regex and is NOT lower-cased. Languages written without
+    spaces (e.g. Chinese) cannot be split by that regex, so every method that takes text
+    also accepts a list of tokens that was split beforehand: ["今天", "天气", "真好"].
+    """
+
+    def __init__(self, itos: Sequence[str], specials: Sequence[str] = DEFAULT_SPECIALS) -> None:
+        self.itos: list[str] = list(itos)
+        self.stoi: dict[str, int] = {tok: i for i, tok in enumerate(self.itos)}
+        self.specials: tuple[str, ...] = tuple(specials)
+        if len(self.stoi) != len(self.itos):
+            raise ValueError("tokens of a WordTokenizer vocabulary must be unique")
+        missing = [s for s in self.specials if s not in self.stoi]
+        if missing:
+            raise ValueError(f"special tokens {missing} are not in the vocabulary")
+
+    @classmethod
+    def from_texts(
+        cls,
+        texts: Iterable[str | Sequence[str]],
+        specials: Sequence[str] = DEFAULT_SPECIALS,
+        min_freq: int = 1,
+    ) -> WordTokenizer:
+        """Build a vocabulary: specials first (in the given order), then words by frequency.
+
+        Words seen fewer than `min_freq` times are left out (they will encode to <unk>).
+        Ties in frequency are broken alphabetically, so the same texts always give the same ids.
+        """
+        if len(set(specials)) != len(specials):
+            raise ValueError(f"special tokens must be unique, got {list(specials)}")
+        counts = Counter(tok for text in texts for tok in cls.tokenize(text))
+        words = [w for w, n in counts.items() if n >= min_freq and w not in specials]
+        words.sort(key=lambda w: (-counts[w], w))
+        return cls([*specials, *words], specials)
+
+    @staticmethod
+    def tokenize(text: str | Sequence[str]) -> list[str]:
+        """Split text into words and punctuation; a list of tokens is returned as it is."""
+        if isinstance(text, str):
+            return _WORD_PATTERN.findall(text)
+        if isinstance(text, Sequence) and all(isinstance(tok, str) for tok in text):
+            return list(text)
+        raise TypeError(f"text must be a str or a list of str tokens, got {type(text).__name__}")
+
+    def _special_id(self, token: str) -> int:
+        if token not in self.stoi:
+            raise ValueError(f"this tokenizer has no {token} token; include it in specials")
+        return self.stoi[token]
+
+    @property
+    def pad_id(self) -> int:
+        return self._special_id("<pad>")
+
+    @property
+    def unk_id(self) -> int:
+        return self._special_id("<unk>")
+
+    @property
+    def bos_id(self) -> int:
+        return self._special_id("<bos>")
+
+    @property
+    def eos_id(self) -> int:
+        return self._special_id("<eos>")
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.itos)
+
+    def encode(
+        self, text: str | Sequence[str], add_bos: bool = False, add_eos: bool = False
+    ) -> list[int]:
+        tokens = self.tokenize(text)
+        ids = [self.stoi[tok] if tok in self.stoi else self.unk_id for tok in tokens]
+        if add_bos:
+            ids.insert(0, self.bos_id)
+        if add_eos:
+            ids.append(self.eos_id)
+        return ids
+
+    def decode(self, ids: Iterable[int], skip_specials: bool = True) -> str:
+        """Join the tokens with spaces (the original spacing is not recorded).
+
+        With `skip_specials`, padding and sequence markers are dropped, but <unk> is kept:
+        it stands for a real word of the text, and hiding it would silently shorten the sentence.
+        """
+        skipped = set(self.specials) - {"<unk>"} if skip_specials else set()
+        tokens = []
+        for i in ids:
+            if not 0 <= i < self.vocab_size:
+                raise ValueError(f"id {i} is out of range: valid ids are [0, {self.vocab_size})")
+            if self.itos[i] not in skipped:
+                tokens.append(self.itos[i])
+        return " ".join(tokens)
+
+
+# --------------------------------------------------------------------------------------
+# 3. Bytes + BPE (GPT-2 conventions)
+# --------------------------------------------------------------------------------------
+
+# GPT-2's pre-tokenizer. Merges never cross the boundaries it draws, so a token can hold a
+# word with its leading space (" cat"), a number, a run of punctuation or of whitespace,
+# but never e.g. the end of one word and the start of the next.
+GPT2_SPLIT_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+_GPT2_SPLIT = regex.compile(GPT2_SPLIT_PATTERN)
+# A non-space followed by whitespace: no GPT-2 pre-token spans this spot (see _safe_cut).
+_NON_SPACE_BEFORE_SPACE = regex.compile(r"\S(?=\s)")
+
+
+def pretokenize(text: str) -> list[str]:
+    """Split text into GPT-2 pre-tokens, e.g. "Hi there!" -> ["Hi", " there", "!"].
+
+    Special tokens are not handled here: cut them out first with `split_on_special_tokens`.
+    """
+    return _GPT2_SPLIT.findall(_require_str(text))
+
+
+def _check_special_tokens(special_tokens: Iterable[str]) -> list[str]:
+    special_tokens = list(special_tokens)
+    for token in special_tokens:
+        _require_str(token, "a special token")
+        if token == "":
+            raise ValueError("a special token cannot be the empty string")
+    duplicates = sorted({t for t in special_tokens if special_tokens.count(t) > 1})
+    if duplicates:
+        raise ValueError(f"duplicate special tokens: {duplicates}")
+    return special_tokens
+
+
+def _special_token_regex(special_tokens: Sequence[str]) -> regex.Pattern | None:
+    """A regex matching any special token, or None when there are none.
+
+    The alternatives are tried in order and the first one that matches wins, so the longest
+    specials come first: "<|endoftext|><|endoftext|>" must beat its prefix "<|endoftext|>".
+    Escaping makes characters such as "|" match literally instead of meaning "or".
+    """
+    if not special_tokens:
+        return None
+    longest_first = sorted(special_tokens, key=len, reverse=True)
+    return regex.compile("|".join(regex.escape(token) for token in longest_first))
+
+
+def _split_with(pattern: regex.Pattern | None, text: str) -> list[str]:
+    """Split text into ordinary pieces and special tokens, keeping both, dropping empty pieces."""
+    if pattern is None:
+        return [text] if text else []
+    pieces, start = [], 0
+    for match in pattern.finditer(text):
+        pieces += [text[start : match.start()], match.group()]
+        start = match.end()
+    pieces.append(text[start:])
+    return [piece for piece in pieces if piece]
+
+
+def split_on_special_tokens(text: str, special_tokens: Sequence[str]) -> list[str]:
+    """Cut special tokens out of the text first, so that they are never merged with anything.
+
+    "a<|endoftext|>b" -> ["a", "<|endoftext|>", "b"]. A piece equal to a special token is
+    that special token: an ordinary piece cannot contain one, or it would have been cut.
+    """
+    special_tokens = _check_special_tokens(special_tokens)
+    return _split_with(_special_token_regex(special_tokens), _require_str(text))
+
+
+def count_pretokens(text: str, special_tokens: Sequence[str] = ()) -> dict[Word, int]:
+    """Count each distinct pre-token once, as a tuple of single bytes -> frequency.
+
+    " the" occurs thousands of times but is stored once with its count, so training works
+    on the (small) set of distinct words instead of the (large) text. Special tokens only
+    act as boundaries here: they are added to the vocabulary whole, never learned.
+    """
+    specials = set(_check_special_tokens(special_tokens))
+    counts: Counter[str] = Counter()
+    for piece in split_on_special_tokens(text, special_tokens):
+        if piece not in specials:
+            counts.update(_GPT2_SPLIT.findall(piece))
+    return {tuple(bytes([b]) for b in pre.encode("utf-8")): n for pre, n in counts.items()}
+
+
+def _pairs(word: Word) -> Iterator[Pair]:
+    """The adjacent pairs of a word: (a, b, c) -> (a, b), (b, c)."""
+    return zip(word, word[1:])
+
+
+def count_pairs(word_freqs: dict[Word, int]) -> Counter[Pair]:
+    """How often each adjacent pair occurs, counting every word as often as it appears."""
+    counts: Counter[Pair] = Counter()
+    for word, freq in word_freqs.items():
+        for pair in _pairs(word):
+            counts[pair] += freq
+    return counts
+
+
+def merge_word(word: Word, pair: Pair) -> Word:
+    """Replace every occurrence of `pair` in `word` by one token, scanning left to right.
+
+    merge_word((b"l", b"o", b"w"), (b"l", b"o")) == (b"lo", b"w"). Occurrences cannot
+    overlap: (a, a, a) merged on (a, a) gives (aa, a).
+    """
+    merged, i = [], 0
+    while i < len(word):
+        if i + 1 < len(word) and (word[i], word[i + 1]) == pair:
+            merged.append(word[i] + word[i + 1])
+            i += 2
+        else:
+            merged.append(word[i])
+            i += 1
+    return tuple(merged)
+
+
+def _min_vocab_size(special_tokens: Sequence[str]) -> int:
+    return 256 + len(special_tokens)
+
+
+def _check_vocab_size(vocab_size: int, special_tokens: Sequence[str]) -> None:
+    minimum = _min_vocab_size(special_tokens)
+    if vocab_size < minimum:
+        raise ValueError(
+            f"vocab_size must be at least {minimum}, got {vocab_size}: the 256 byte values are the "
+            f"base vocabulary, plus one id per special token ({len(special_tokens)})"
+        )
+
+
+class _PairStatistics:
+    """Pair counts kept up to date while merging, so that no merge has to recount the corpus.
+
+    words[i] is the i-th distinct pre-token as it currently stands, freqs[i] how often it
+    occurs, counts[pair] the total count of a pair, and words_with[pair] the indices of the
+    words that contain it. A merge only touches the words that contain the merged pair.
+    """
+
+    def __init__(self, word_freqs: dict[Word, int]) -> None:
+        self.words: list[Word] = list(word_freqs)
+        self.freqs: list[int] = list(word_freqs.values())
+        self.counts: Counter[Pair] = count_pairs(word_freqs)
+        self.words_with: defaultdict[Pair, set[int]] = defaultdict(set)
+        for i, word in enumerate(self.words):
+            for pair in _pairs(word):
+                self.words_with[pair].add(i)
+
+    def best_pair(self) -> Pair:
+        """The most frequent pair; among equally frequent pairs, the lexicographically greatest."""
+        # Tuples compare element by element: the count decides, and equal counts fall through
+        # to comparing the pairs themselves.
+        _, best = max((count, pair) for pair, count in self.counts.items())
+        return best
+
+    def merge(self, pair: Pair) -> None:
+        """Merge `pair` in every word containing it, updating only those words' pair counts."""
+        for i in self.words_with.pop(pair):
+            old, new, freq = self.words[i], merge_word(self.words[i], pair), self.freqs[i]
+            self.words[i] = new
+            # Take away all the old word's pairs, then add the new word's pairs: pairs that
+            # did not change cancel out, and the rest is exactly the effect of the merge.
+            for p in _pairs(old):
+                self.counts[p] -= freq
+                if self.counts[p] == 0:
+                    del self.counts[p]
+            for p in _pairs(new):
+                self.counts[p] += freq
+            new_pairs = set(_pairs(new))
+            for p in set(_pairs(old)) - new_pairs - {pair}:
+                self.words_with[p].discard(i)
+            for p in new_pairs:
+                self.words_with[p].add(i)
+
+
+def _build_vocab(merges: list[Pair], special_tokens: Sequence[str]) -> dict[int, bytes]:
+    """Ids 0-255 are the single bytes, then one id per merge in order, then the specials."""
+    vocab = {i: bytes([i]) for i in range(256)}
+    for left, right in merges:
+        vocab[len(vocab)] = left + right
+    for token in special_tokens:
+        vocab[len(vocab)] = token.encode("utf-8")
+    return vocab
+
+
+def train_bpe(
+    text: str, vocab_size: int, special_tokens: Sequence[str] = ()
+) -> tuple[dict[int, bytes], list[Pair]]:
+    """Learn byte-level BPE merges until bytes + merges + specials make `vocab_size` ids.
+
+    Each step merges the most frequent adjacent pair (ties: the lexicographically greatest
+    pair). Training stops early when no pair is left, i.e. every pre-token is one token.
+    Returns (vocab: id -> bytes, merges in the order they were learned).
+    """
+    _require_str(text)
+    special_tokens = _check_special_tokens(special_tokens)
+    _check_vocab_size(vocab_size, special_tokens)
+    stats = _PairStatistics(count_pretokens(text, special_tokens))
+    merges: list[Pair] = []
+    for _ in range(vocab_size - _min_vocab_size(special_tokens)):
+        if not stats.counts:
+            break
+        pair = stats.best_pair()
+        stats.merge(pair)
+        merges.append(pair)
+    return _build_vocab(merges, special_tokens), merges
+
+
+class BPETokenizer:
+    """Encode text with learned byte-level BPE merges; decode ids back to text.
+
+    Encoding: cut out special tokens, split the rest into GPT-2 pre-tokens, and inside each
+    pre-token apply the merges in the order they were learned (earliest first).
+    """
+
+    # Distinct pre-tokens whose ids are remembered; past this the cache is emptied, so that
+    # streaming a huge, varied text does not grow memory without bound.
+    CACHE_SIZE = 100_000
+
+    def __init__(
+        self,
+        vocab: dict[int, bytes],
+        merges: Sequence[Pair],
+        special_tokens: Sequence[str] | None = None,
+    ) -> None:
+        self.vocab: dict[int, bytes] = dict(vocab)
+        self.merges: list[Pair] = list(merges)
+        self.special_tokens: list[str] = _check_special_tokens(special_tokens or [])
+        # Two merges can produce the same bytes (ab+c and a+bc); ordinary text then uses the
+        # lowest id. Specials are looked up by name instead, so they never shadow text bytes.
+        self._id_of_bytes: dict[bytes, int] = {}
+        for i in sorted(self.vocab):
+            self._id_of_bytes.setdefault(self.vocab[i], i)
+        self._special_ids: dict[str, int] = {}
+        for token in self.special_tokens:
+            self._special_ids[token] = self._id_of_special(token)
+        self._merge_rank: dict[Pair, int] = {pair: rank for rank, pair in enumerate(self.merges)}
+        for rank, (left, right) in enumerate(self.merges):
+            if left + right not in self._id_of_bytes:
+                raise ValueError(
+                    f"merge #{rank} {(left, right)} produces {left + right!r}, "
+                    "which is not in the vocabulary"
+                )
+        self._special_regex = _special_token_regex(self.special_tokens)
+        self._longest_special = max((len(t) for t in self.special_tokens), default=0)
+        self._cache: dict[str, list[int]] = {}
+
+    def _id_of_special(self, token: str) -> int:
+        """The id of a special token; one missing from the vocabulary is appended to it."""
+        encoded = token.encode("utf-8")
+        for i in sorted(self.vocab, reverse=True):  # specials live at the end of the vocabulary
+            if self.vocab[i] == encoded:
+                return i
+        new_id = max(self.vocab, default=-1) + 1
+        self.vocab[new_id] = encoded
+        return new_id
+
+    @classmethod
+    def train(cls, text: str, vocab_size: int, special_tokens: Sequence[str] = ()) -> BPETokenizer:
+        """Train merges on `text` (see `train_bpe`) and return a tokenizer that uses them."""
+        vocab, merges = train_bpe(text, vocab_size, special_tokens)
+        return cls(vocab, merges, list(special_tokens))
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.vocab)
+
+    def _encode_pretoken(self, pretoken: str) -> list[int]:
+        if pretoken in self._cache:
+            return self._cache[pretoken]
+        word: Word = tuple(bytes([b]) for b in pretoken.encode("utf-8"))
+        while len(word) > 1:
+            # Apply the earliest-learned merge that is possible now, as training did.
+            pair = min(_pairs(word), key=lambda p: self._merge_rank.get(p, math.inf))
+            if pair not in self._merge_rank:
+                break
+            word = merge_word(word, pair)
+        ids = [self._id_of_bytes[token] for token in word]
+        if len(self._cache) >= self.CACHE_SIZE:
+            self._cache.clear()
+        self._cache[pretoken] = ids
+        return ids
+
+    def encode(self, text: str) -> list[int]:
+        ids: list[int] = []
+        for piece in _split_with(self._special_regex, _require_str(text)):
+            if piece in self._special_ids:
+                ids.append(self._special_ids[piece])
+            else:
+                for pretoken in _GPT2_SPLIT.findall(piece):
+                    ids.extend(self._encode_pretoken(pretoken))
+        return ids
+
+    def _safe_cut(self, buffer: str) -> int:
+        """The largest k such that encode(buffer[:k]) is final, whatever text follows; 0 if none.
+
+        A cut is safe where no pre-token or special token can straddle it:
+          * between a non-space and a whitespace character: no GPT-2 pre-token contains a
+            non-space followed by whitespace (" cat" has its space in front), or
+          * right after a special token,
+        and never inside a special token. The last characters are never cut, because the text
+        still to come could complete a (longer) special token that starts there.
+        """
+        limit = len(buffer) - max(self._longest_special, 1)
+        if limit <= 0:
+            return 0
+        specials = list(self._special_regex.finditer(buffer)) if self._special_regex else []
+        cuts = [m.end() for m in specials if m.end() <= limit]
+        cuts += [m.start() + 1 for m in _NON_SPACE_BEFORE_SPACE.finditer(buffer, endpos=limit + 1)]
+        for k in sorted(cuts, reverse=True):
+            if not any(m.start() < k < m.end() for m in specials):
+                return k
+        return 0
+
+    def encode_iterable(self, texts: Iterable[str]) -> Iterator[int]:
+        """Encode a stream of strings (e.g. a file, line by line) lazily, in bounded memory.
+
+        Yields exactly the ids that `encode` would give for the concatenated text. The pieces
+        may be cut anywhere, so the unfinished tail of each one is kept until it is safe to encode.
+        Memory is bounded by the longest stretch of text without a safe cut (see `_safe_cut`).
+        """
+        buffer = ""
+        for text in texts:
+            buffer += _require_str(text)
+            cut = self._safe_cut(buffer)
+            if cut:
+                yield from self.encode(buffer[:cut])
+                buffer = buffer[cut:]
+        yield from self.encode(buffer)
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """Concatenate the tokens' bytes and decode them as UTF-8.
+
+        A token can hold part of a multi-byte character (one of the 4 bytes of 🙂), so an
+        arbitrary id sequence need not be valid UTF-8; invalid bytes become "\\ufffd" (�).
+        """
+        chunks = []
+        for i in ids:
+            if i not in self.vocab:
+                raise ValueError(f"id {i} is not in the vocabulary ({self.vocab_size} ids)")
+            chunks.append(self.vocab[i])
+        return b"".join(chunks).decode("utf-8", errors="replace")
