@@ -1,0 +1,337 @@
+"""Tests for tfcourse.train, on a tiny bigram language model and a tiny repeated text."""
+
+from __future__ import annotations
+
+import math
+import os
+
+import pytest
+import torch
+from torch import nn
+
+from tfcourse.train import (
+    TrainConfig,
+    configure_optimizer,
+    default_loss,
+    estimate_loss,
+    lr_at,
+    make_grad_scaler,
+    pick_device,
+    save_checkpoint,
+    train,
+    train_step,
+)
+
+TEXT = "first citizen: before we proceed any further, hear me speak. " * 30
+VOCAB = sorted(set(TEXT))
+DATA = torch.tensor([VOCAB.index(char) for char in TEXT])
+SPLITS = {"train": DATA[: int(0.9 * len(DATA))], "val": DATA[int(0.9 * len(DATA)) :]}
+BATCH_SIZE, CONTEXT = 8, 8
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """The model is tiny: one thread is fastest, and steadier on a busy machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def get_batch(split: str, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random windows of the text; y is x shifted one character to the left."""
+    data = SPLITS[split]
+    starts = torch.randint(len(data) - CONTEXT - 1, (BATCH_SIZE,), generator=generator)
+    x = torch.stack([data[s : s + CONTEXT] for s in starts])
+    y = torch.stack([data[s + 1 : s + CONTEXT + 1] for s in starts])
+    return x, y
+
+
+class BigramLM(nn.Module):
+    """Predicts the next character from the current one. Has dropout, biases and a LayerNorm."""
+
+    def __init__(self, vocab_size: int = len(VOCAB), dim: int = 16, dropout: float = 0.2):
+        super().__init__()
+        self.embed = nn.Embedding(vocab_size, dim)
+        self.drop = nn.Dropout(dropout)
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, vocab_size)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        return self.head(self.norm(self.drop(self.embed(idx))))  # (B, T, V)
+
+
+def make_model(seed: int = 0) -> BigramLM:
+    torch.manual_seed(seed)
+    return BigramLM()
+
+
+def small_config(**overrides) -> TrainConfig:
+    settings = dict(
+        max_steps=40, lr=1e-2, min_lr=1e-3, warmup_steps=5, eval_interval=10,
+        eval_steps=4, device="cpu", progress=False,
+    )
+    settings.update(overrides)
+    return TrainConfig(**settings)
+
+
+class Interrupted(Exception):
+    """Stands in for a crash or a stopped notebook kernel."""
+
+
+def loss_that_crashes_after(training_steps: int):
+    """default_loss, but raising Interrupted in training step `training_steps + 1`."""
+    calls = 0
+
+    def loss_fn(model, x, y):
+        nonlocal calls
+        if torch.is_grad_enabled():  # a training step; estimates run under no_grad
+            calls += 1
+            if calls > training_steps:
+                raise Interrupted
+        return default_loss(model, x, y)
+
+    return loss_fn
+
+
+# --------------------------------------------------------------------------- schedule
+
+
+def test_lr_warms_up_then_decays_along_a_cosine():
+    config = TrainConfig(max_steps=110, warmup_steps=10, lr=1e-3, min_lr=1e-4)
+    assert lr_at(0, config) == 0.0
+    assert lr_at(5, config) == pytest.approx(5e-4)  # halfway through warm-up
+    assert lr_at(10, config) == pytest.approx(1e-3)  # peak at the end of warm-up
+    after_warmup = [lr_at(step, config) for step in range(10, 111)]
+    assert all(a > b for a, b in zip(after_warmup, after_warmup[1:]))
+    # Midpoint of the cosine (step 60): cos(pi/2) = 0, so halfway between lr and min_lr.
+    assert lr_at(60, config) == pytest.approx(1e-4 + 0.5 * (1e-3 - 1e-4))
+    # A quarter of the way (step 35): min_lr + (1 + cos(pi/4)) / 2 * (lr - min_lr).
+    assert lr_at(35, config) == pytest.approx(1e-4 + (1 + math.sqrt(0.5)) / 2 * 9e-4)
+    assert lr_at(110, config) == pytest.approx(1e-4)
+    assert lr_at(500, config) == pytest.approx(1e-4)
+
+
+def test_lr_without_warmup_starts_at_peak():
+    config = TrainConfig(max_steps=10, warmup_steps=0, lr=1e-3, min_lr=0.0)
+    assert lr_at(0, config) == pytest.approx(1e-3)
+    assert lr_at(10, config) == 0.0
+
+
+# --------------------------------------------------------------------------- optimizer
+
+
+def test_weight_decay_only_on_matrices():
+    model = make_model()
+    optimizer = configure_optimizer(model, TrainConfig(weight_decay=0.1))
+    decay_of = {
+        id(p): group["weight_decay"] for group in optimizer.param_groups for p in group["params"]
+    }
+    assert len(decay_of) == len(list(model.parameters()))  # every parameter, exactly once
+    assert decay_of[id(model.embed.weight)] == 0.1
+    assert decay_of[id(model.head.weight)] == 0.1
+    assert decay_of[id(model.head.bias)] == 0.0
+    assert decay_of[id(model.norm.weight)] == 0.0
+    assert decay_of[id(model.norm.bias)] == 0.0
+    assert optimizer.defaults["betas"] == (0.9, 0.99)
+
+
+def test_train_step_updates_weights_and_clears_gradients():
+    model = make_model()
+    config = small_config()
+    optimizer = configure_optimizer(model, config)
+    before = [p.detach().clone() for p in model.parameters()]
+    x, y = get_batch("train", torch.Generator().manual_seed(0))
+
+    loss = train_step(model, (x, y), optimizer, make_grad_scaler(torch.device("cpu"), True),
+                      config, default_loss)
+
+    assert isinstance(loss, float) and math.isfinite(loss)
+    assert all(p.grad is None for p in model.parameters())
+    assert all(not torch.equal(b, p) for b, p in zip(before, model.parameters()))
+
+
+def test_estimate_loss_is_repeatable_and_restores_train_mode():
+    model = make_model()
+    model.train()
+    first = estimate_loss(model, get_batch, 3, default_loss, torch.device("cpu"))
+    second = estimate_loss(model, get_batch, 3, default_loss, torch.device("cpu"))
+    assert set(first) == {"train", "val"}
+    assert first == second  # same batches, no dropout
+    assert model.training
+
+
+def test_default_loss_names_a_wrong_model_output():
+    class ReturnsTuple(nn.Module):
+        def forward(self, idx):
+            return idx.float(), None
+
+    x, y = get_batch("train", torch.Generator().manual_seed(0))
+    with pytest.raises(ValueError, match=r"logits of shape \(B, T, V\)"):
+        default_loss(ReturnsTuple(), x, y)
+
+
+# --------------------------------------------------------------------------- training
+
+
+def test_training_lowers_the_loss():
+    history = train(make_model(), get_batch, small_config(max_steps=60))
+    first, last = history["val_loss"][0], history["val_loss"][-1]
+    assert first > math.log(len(VOCAB)) - 0.5  # untrained: about uniform over the vocabulary
+    assert last < 0.6 * first
+
+
+def test_history_keys_and_lengths_agree():
+    config = small_config(max_steps=25, eval_interval=10)
+    history = train(make_model(), get_batch, config)
+    assert set(history) == {
+        "step", "train_loss", "lr", "eval_step", "eval_train_loss", "val_loss",
+        "tokens_per_sec", "seconds", "device",
+    }
+    assert history["step"] == list(range(1, 26))
+    assert len(history["train_loss"]) == len(history["lr"]) == 25
+    assert history["lr"] == [lr_at(step, config) for step in range(1, 26)]
+    assert history["eval_step"] == [0, 10, 20, 25]  # before training, every 10, and the last
+    assert len(history["eval_train_loss"]) == len(history["val_loss"]) == 4
+    assert history["tokens_per_sec"] > 0 and history["seconds"] > 0
+    assert history["device"] == "cpu"
+
+
+def test_evaluating_does_not_change_the_training_run():
+    rarely = train(make_model(), get_batch, small_config(max_steps=10, eval_interval=10))
+    often = train(make_model(), get_batch, small_config(max_steps=10, eval_interval=1))
+    assert len(often["eval_step"]) > len(rarely["eval_step"])
+    assert often["train_loss"] == rarely["train_loss"]
+
+
+def test_resume_continues_exactly(tmp_path):
+    checkpoint = str(tmp_path / "run.pt")
+    config = small_config(max_steps=20, eval_interval=5)
+    straight_model = make_model()
+    straight = train(straight_model, get_batch, config)
+
+    resumable = small_config(max_steps=20, eval_interval=5, checkpoint_path=checkpoint,
+                             checkpoint_interval=10)
+    with pytest.raises(Interrupted):
+        train(make_model(), get_batch, resumable, loss_fn=loss_that_crashes_after(13))
+    assert torch.load(checkpoint, weights_only=False)["step"] == 10
+
+    # A fresh model, initialised differently, and a shifted global RNG: all must be restored.
+    resumed_model = make_model(seed=99)
+    torch.rand(7)
+    resumed = train(resumed_model, get_batch, resumable, resume=True)
+
+    assert resumed["step"] == straight["step"]
+    assert resumed["train_loss"] == straight["train_loss"]
+    assert resumed["eval_step"] == straight["eval_step"]
+    assert resumed["val_loss"] == straight["val_loss"]
+    for (name, a), b in zip(straight_model.named_parameters(), resumed_model.parameters()):
+        assert torch.equal(a, b), name
+
+
+def test_resume_without_a_checkpoint_file_starts_fresh(tmp_path):
+    config = small_config(max_steps=10, checkpoint_path=str(tmp_path / "new.pt"))
+    fresh = train(make_model(), get_batch, small_config(max_steps=10))
+    resumed = train(make_model(), get_batch, config, resume=True)
+    assert resumed["train_loss"] == fresh["train_loss"]
+    assert os.path.exists(config.checkpoint_path)
+
+
+def test_resume_needs_a_checkpoint_path():
+    with pytest.raises(ValueError, match="checkpoint_path"):
+        train(make_model(), get_batch, small_config(), resume=True)
+
+
+# --------------------------------------------------------------------------- checkpoints
+
+
+def test_checkpoint_has_documented_keys_and_no_temporary_file(tmp_path):
+    path = tmp_path / "checkpoints" / "run.pt"  # the folder does not exist yet
+    config = small_config(max_steps=10, checkpoint_path=str(path), checkpoint_interval=5)
+    train(make_model(), get_batch, config)
+
+    assert os.listdir(path.parent) == ["run.pt"]
+    checkpoint = torch.load(path, weights_only=False)
+    assert set(checkpoint) == {
+        "model", "optimizer", "scaler", "step", "history", "batch_generator",
+        "torch_rng", "cuda_rng", "python_rng", "config",
+    }
+    assert checkpoint["step"] == 10
+    assert checkpoint["config"]["max_steps"] == 10
+    assert checkpoint["history"]["step"] == list(range(1, 11))
+
+
+def test_crash_while_saving_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
+    path = tmp_path / "run.pt"
+    model, config = make_model(), small_config()
+    optimizer = configure_optimizer(model, config)
+    scaler = make_grad_scaler(torch.device("cpu"), False)
+    generator = torch.Generator().manual_seed(0)
+    save_checkpoint(path, model, optimizer, scaler, 1, {}, generator, config)
+    good = path.read_bytes()
+
+    def save_half_then_fail(obj, file):
+        file.write(b"half a checkpoint")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(torch, "save", save_half_then_fail)
+    with pytest.raises(OSError, match="disk full"):
+        save_checkpoint(path, model, optimizer, scaler, 2, {}, generator, config)
+
+    assert path.read_bytes() == good
+    assert os.listdir(tmp_path) == ["run.pt"]
+
+
+# --------------------------------------------------------------------------- device and config
+
+
+@pytest.mark.skipif(
+    torch.cuda.is_available() or torch.backends.mps.is_available(),
+    reason="needs a machine without a GPU",
+)
+def test_pick_device_on_a_cpu_only_machine():
+    assert pick_device() == torch.device("cpu")
+    assert pick_device("cpu") == torch.device("cpu")
+    with pytest.raises(RuntimeError, match="'cuda'.*CUDA is not available"):
+        pick_device("cuda")
+
+
+def test_pick_device_names_an_unknown_device():
+    with pytest.raises(ValueError, match="'gpu' is not a device name"):
+        pick_device("gpu")
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        (dict(max_steps=0), "max_steps must be at least 1, got 0"),
+        (dict(max_steps=10, warmup_steps=20), r"warmup_steps must be between 0 and max_steps"),
+        (dict(lr=1e-4, min_lr=1e-3), r"min_lr must be between 0 and lr \(0.0001\)"),
+        (dict(min_lr=-1.0), "min_lr must be between 0 and lr"),
+        (dict(lr=0.0, min_lr=0.0), "lr must be positive"),
+        (dict(grad_clip=0.0), "grad_clip must be positive"),
+        (dict(eval_interval=0), "eval_interval must be at least 1"),
+        (dict(betas=(0.9, 1.0)), "betas must be two numbers in"),
+        (dict(checkpoint_interval=100), "checkpoint_interval is set but checkpoint_path is None"),
+    ],
+)
+def test_config_refuses_bad_settings(settings, message):
+    with pytest.raises(ValueError, match=message):
+        TrainConfig(**settings)
+
+
+# --------------------------------------------------------------------------- output
+
+
+def test_no_output_without_progress(capfd):
+    train(make_model(), get_batch, small_config(max_steps=5, progress=False))
+    out, err = capfd.readouterr()
+    assert err == ""
+    assert out == ""
+
+
+def test_progress_bar_shows_loss_and_lr(capfd):
+    train(make_model(), get_batch, small_config(max_steps=5, progress=True))
+    err = capfd.readouterr().err
+    assert "5/5" in err
+    assert "loss=" in err and "lr=" in err

@@ -1,0 +1,529 @@
+"""Train a language model: one readable loop that knows nothing about the model inside.
+
+Each step: set the learning rate from the schedule, draw a batch, take one optimizer step.
+Every `eval_interval` steps (and at the last one), estimate the train and val loss.
+Every `checkpoint_interval` steps (and at the end), save everything needed to resume exactly.
+`train()` returns a history of losses and learning rates, ready to plot.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import math
+import os
+import random
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from tqdm.auto import tqdm
+
+# get_batch(split, generator) -> (x, y): the caller's data. `split` is "train" or "val".
+GetBatch = Callable[[str, torch.Generator], tuple[torch.Tensor, torch.Tensor]]
+# loss_fn(model, x, y) -> scalar loss tensor.
+LossFn = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
+
+# What save_checkpoint writes; load_checkpoint reads the same keys back.
+CHECKPOINT_KEYS = (
+    "model",  # the parameters (and buffers)
+    "optimizer",  # AdamW's running averages of gradients: without them the next steps differ
+    "scaler",  # the fp16 loss scale (empty unless training in fp16)
+    "step",  # how many optimizer steps are done
+    "history",  # the losses so far, so the curves continue
+    "batch_generator",  # where the data order stands
+    "torch_rng",  # the CPU random stream that dropout draws from
+    "cuda_rng",  # the same for each GPU (empty list without CUDA)
+    "python_rng",  # Python's `random` module
+    "config",  # the TrainConfig as a dict, to see later how the run was made
+)
+
+
+# --------------------------------------------------------------------------- setup
+
+
+def pick_device(preferred: str | None = None) -> torch.device:
+    """The fastest available device (cuda, then mps, then cpu), or `preferred` if given.
+
+    Raises ValueError when `preferred` is not a device name, RuntimeError when that device
+    is not available on this computer.
+    """
+    if preferred is None:
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+
+    try:
+        device = torch.device(preferred)
+    except RuntimeError as error:
+        raise ValueError(
+            f"device {preferred!r} is not a device name; use 'cpu', 'cuda', 'cuda:1' or 'mps'"
+        ) from error
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise RuntimeError(
+                f"device {preferred!r} was requested but CUDA is not available here; "
+                "use device=None to pick the best available device"
+            )
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise RuntimeError(
+                f"device {preferred!r} was requested but there are only "
+                f"{torch.cuda.device_count()} CUDA device(s)"
+            )
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise RuntimeError(
+            f"device {preferred!r} was requested but MPS (Apple GPU) is not available here; "
+            "use device=None to pick the best available device"
+        )
+    return device
+
+
+def set_seed(seed: int) -> None:
+    """Seed Python's `random` and torch, so that a run can be repeated exactly."""
+    random.seed(seed)
+    # torch.manual_seed seeds the CPU generator and every CUDA device's generator.
+    torch.manual_seed(seed)
+
+
+@dataclass
+class TrainConfig:
+    """Every knob of `train()`. Invalid combinations are refused when the config is made."""
+
+    max_steps: int = 2000  # optimizer steps in the whole run; the lr schedule ends here
+    lr: float = 1e-3  # peak learning rate, reached at the end of warm-up
+    min_lr: float = 1e-4  # the cosine decays to this, so late steps still learn a little
+    warmup_steps: int = 100  # start gently while AdamW's running averages are still unsettled
+    weight_decay: float = 0.1  # pulls weight matrices towards 0, a mild guard against overfitting
+    betas: tuple[float, float] = (0.9, 0.99)  # AdamW's averaging; 0.99 adapts fast to small batches
+    grad_clip: float = 1.0  # cap on the gradient norm, so one bad batch cannot wreck the weights
+    eval_interval: int = 250  # steps between loss estimates: often enough to see the curve
+    eval_steps: int = 20  # batches averaged per estimate: one batch alone is too noisy
+    checkpoint_path: str | None = None  # where to save (and resume from); None: never save
+    checkpoint_interval: int | None = None  # steps between saves; None: save at the end only
+    seed: int = 1337  # same seed, same run: initial dropout masks and data order
+    device: str | None = None  # e.g. "cpu" or "cuda"; None picks the fastest available
+    amp: bool = True  # mixed precision (bf16/fp16), GPU only: faster steps, less memory
+    compile: bool = False  # torch.compile the model: faster steps after a slow first one
+    progress: bool = True  # show a progress bar; False keeps the output silent
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.max_steps < 1:
+            problems.append(f"max_steps must be at least 1, got {self.max_steps}")
+        if not 0 <= self.warmup_steps <= self.max_steps:
+            problems.append(
+                f"warmup_steps must be between 0 and max_steps ({self.max_steps}), "
+                f"got {self.warmup_steps}"
+            )
+        if self.lr <= 0:
+            problems.append(f"lr must be positive, got {self.lr}")
+        if not 0 <= self.min_lr <= self.lr:
+            problems.append(
+                f"min_lr must be between 0 and lr ({self.lr}), got {self.min_lr}"
+            )
+        if self.weight_decay < 0:
+            problems.append(f"weight_decay must be >= 0, got {self.weight_decay}")
+        if len(self.betas) != 2 or not all(0 <= beta < 1 for beta in self.betas):
+            problems.append(f"betas must be two numbers in [0, 1), got {self.betas}")
+        if self.grad_clip <= 0:
+            problems.append(f"grad_clip must be positive, got {self.grad_clip}")
+        if self.eval_interval < 1:
+            problems.append(f"eval_interval must be at least 1, got {self.eval_interval}")
+        if self.eval_steps < 1:
+            problems.append(f"eval_steps must be at least 1, got {self.eval_steps}")
+        if self.checkpoint_interval is not None:
+            if self.checkpoint_interval < 1:
+                problems.append(
+                    f"checkpoint_interval must be at least 1 (or None), "
+                    f"got {self.checkpoint_interval}"
+                )
+            if self.checkpoint_path is None:
+                problems.append(
+                    "checkpoint_interval is set but checkpoint_path is None: "
+                    "there is nowhere to save the checkpoints"
+                )
+        if problems:
+            raise ValueError("invalid TrainConfig: " + "; ".join(problems))
+
+
+# --------------------------------------------------------------------------- learning rate
+
+
+def lr_at(step: int, config: TrainConfig) -> float:
+    r"""The learning rate for optimizer step `step` (steps are counted from 1).
+
+    With peak rate \eta_max = config.lr, floor \eta_min = config.min_lr,
+    W = config.warmup_steps and S = config.max_steps:
+
+        \eta(s) = \eta_max \cdot s / W                                   if s < W
+        \eta(s) = \eta_min + \frac{1}{2} (\eta_max - \eta_min)
+                             (1 + \cos(\pi \cdot (s - W) / (S - W)))      if W <= s <= S
+        \eta(s) = \eta_min                                               if s > S
+
+    So the rate climbs linearly from 0 to \eta_max, then follows half a cosine wave
+    down to \eta_min at the last step.
+    """
+    if step < config.warmup_steps:
+        return config.lr * step / config.warmup_steps
+    if step >= config.max_steps:
+        return config.min_lr
+    progress = (step - config.warmup_steps) / (config.max_steps - config.warmup_steps)
+    cosine = 0.5 * (1.0 + math.cos(math.pi * progress))  # goes from 1 down to 0
+    return config.min_lr + cosine * (config.lr - config.min_lr)
+
+
+def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    """Use learning rate `lr` for every parameter group from the next step on."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+
+
+# --------------------------------------------------------------------------- optimizer
+
+
+def configure_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.AdamW:
+    """AdamW with weight decay on the weight matrices only.
+
+    Matrices (linear layers, embeddings) hold what the model has learned and can grow
+    large to memorize the training text, so decay pulls them back. Biases and LayerNorm
+    gains are 1-D: they only shift and scale, there are few of them, and pulling a gain
+    towards 0 would just switch its layer off. So they are not decayed.
+    """
+    parameters = [p for p in model.parameters() if p.requires_grad]
+    decayed = [p for p in parameters if p.dim() >= 2]
+    not_decayed = [p for p in parameters if p.dim() < 2]
+    groups = [
+        {"params": decayed, "weight_decay": config.weight_decay},
+        {"params": not_decayed, "weight_decay": 0.0},
+    ]
+    groups = [group for group in groups if group["params"]]
+    if not groups:
+        raise ValueError("the model has no trainable parameters (none with requires_grad=True)")
+
+    # The fused kernel updates all parameters in one go: faster, but CUDA only.
+    on_cuda = parameters[0].device.type == "cuda"
+    return torch.optim.AdamW(groups, lr=config.lr, betas=config.betas, fused=on_cuda)
+
+
+# --------------------------------------------------------------------------- mixed precision
+
+
+def amp_dtype(device: torch.device, enabled: bool) -> torch.dtype | None:
+    """The low-precision dtype for mixed precision on `device`, or None for full fp32.
+
+    Only CUDA gains from it. bf16 has fp32's range, so it needs no loss scaling; older
+    GPUs without bf16 fall back to fp16, whose small range needs a GradScaler.
+    """
+    if not enabled or device.type != "cuda":
+        return None
+    return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+
+
+def autocast_context(
+    device: torch.device, enabled: bool
+) -> contextlib.AbstractContextManager[Any]:
+    """Run the forward pass in mixed precision on CUDA; do nothing elsewhere."""
+    dtype = amp_dtype(device, enabled)
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def make_grad_scaler(device: torch.device, enabled: bool) -> torch.amp.GradScaler:
+    """A GradScaler that is active only for fp16, the one dtype whose gradients underflow.
+
+    A disabled scaler passes everything through unchanged, so `train_step` has one code
+    path for every device.
+    """
+    needs_scaling = amp_dtype(device, enabled) == torch.float16
+    return torch.amp.GradScaler(device.type, enabled=needs_scaling)
+
+
+# --------------------------------------------------------------------------- loss and steps
+
+
+def default_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy of the model's next-token predictions: `model(x)` must return logits."""
+    logits = model(x)  # (B, T, V): a score for every vocabulary entry at every position
+    if not isinstance(logits, torch.Tensor) or logits.dim() != 3:
+        got = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
+        raise ValueError(
+            f"default_loss expects model(x) to return logits of shape (B, T, V), got {got}; "
+            "pass your own loss_fn(model, x, y) to train() if your model returns something else"
+        )
+    B, T, V = logits.shape
+    # cross_entropy wants one row per prediction: (B*T, V) scores against (B*T,) targets.
+    return F.cross_entropy(logits.reshape(B * T, V), y.reshape(B * T))
+
+
+def train_step(
+    model: nn.Module,
+    batch: tuple[torch.Tensor, torch.Tensor],
+    optimizer: torch.optim.Optimizer,
+    scaler: torch.amp.GradScaler,
+    config: TrainConfig,
+    loss_fn: LossFn = default_loss,
+) -> float:
+    """One optimizer step on one batch; returns the batch's loss."""
+    x, y = batch
+
+    # 1. Forward: compute the loss (in mixed precision on GPU when config.amp is on).
+    with autocast_context(x.device, config.amp):
+        loss = loss_fn(model, x, y)
+
+    # 2. Backward: gradients of the loss. The scaler multiplies the loss first so small
+    #    fp16 gradients do not round to zero (a disabled scaler leaves it alone).
+    scaler.scale(loss).backward()
+
+    # 3. Clip: divide the scale back out, so the clip sees the true gradient norm.
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+
+    # 4. Update the weights. The scaler skips the step if fp16 gradients overflowed,
+    #    and adjusts its scale for the next step.
+    scaler.step(optimizer)
+    scaler.update()
+
+    # 5. Forget the gradients: backward() adds to .grad, it does not overwrite it.
+    #    set_to_none frees their memory until the next backward.
+    optimizer.zero_grad(set_to_none=True)
+
+    return loss.item()
+
+
+@torch.no_grad()
+def estimate_loss(
+    model: nn.Module,
+    get_batch: GetBatch,
+    eval_steps: int,
+    loss_fn: LossFn,
+    device: torch.device,
+    *,
+    amp: bool = False,
+    seed: int = 0,
+) -> dict[str, float]:
+    """Mean loss over `eval_steps` batches of each split: {"train": ..., "val": ...}.
+
+    The model is in eval mode meanwhile (no dropout), then goes back to its previous mode.
+    The batches come from a generator of their own, seeded with `seed`: every estimate
+    scores the same batches, so estimates compare fairly, and evaluating never changes
+    the order of the training data.
+    """
+    was_training = model.training
+    model.eval()
+    try:
+        losses = {}
+        for split in ("train", "val"):
+            generator = torch.Generator().manual_seed(seed)
+            total = 0.0
+            for _ in range(eval_steps):
+                x, y = get_batch(split, generator)
+                x, y = x.to(device), y.to(device)
+                with autocast_context(device, amp):
+                    total += loss_fn(model, x, y).item()
+            losses[split] = total / eval_steps
+        return losses
+    finally:
+        model.train(was_training)
+
+
+# --------------------------------------------------------------------------- checkpoints
+
+
+def save_checkpoint(
+    path: str | os.PathLike[str],
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scaler: torch.amp.GradScaler,
+    step: int,
+    history: dict[str, Any],
+    generator: torch.Generator,
+    config: TrainConfig,
+) -> None:
+    """Save everything needed to continue training exactly where it stopped (CHECKPOINT_KEYS).
+
+    The file is written under a temporary name and then renamed over `path`, so a crash
+    while saving leaves the last good checkpoint untouched.
+    """
+    checkpoint = {
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "scaler": scaler.state_dict(),
+        "step": step,
+        "history": history,
+        "batch_generator": generator.get_state(),
+        "torch_rng": torch.get_rng_state(),
+        "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        "python_rng": random.getstate(),
+        "config": dataclasses.asdict(config),
+    }
+    path = os.fspath(path)
+    # The temporary file sits next to the target: os.replace is only atomic within one disk.
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    handle, temporary_path = tempfile.mkstemp(
+        dir=directory, prefix=os.path.basename(path) + ".", suffix=".tmp"
+    )
+    try:
+        with os.fdopen(handle, "wb") as file:
+            torch.save(checkpoint, file)
+            file.flush()
+            os.fsync(file.fileno())  # on disk for real before the rename
+        os.replace(temporary_path, path)
+    except BaseException:  # also Ctrl-C / a stopped kernel: leave no half-written file
+        if os.path.exists(temporary_path):
+            os.remove(temporary_path)
+        raise
+
+
+def load_checkpoint(
+    path: str | os.PathLike[str],
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scaler: torch.amp.GradScaler,
+    generator: torch.Generator,
+) -> tuple[int, dict[str, Any]]:
+    """Restore a checkpoint from `save_checkpoint`; returns (step, history).
+
+    Loads into `model`, `optimizer`, `scaler` and `generator` in place, and also restores
+    the global random states (torch, CUDA, Python's `random`) to where they were.
+    """
+    # weights_only=False lets pickle rebuild Python's random state, and pickle can run
+    # code: load only checkpoints you made yourself.
+    checkpoint = torch.load(os.fspath(path), map_location="cpu", weights_only=False)
+    missing = [key for key in CHECKPOINT_KEYS if key not in checkpoint]
+    if missing:
+        raise ValueError(f"{path} is not a training checkpoint: it lacks {missing}")
+
+    model.load_state_dict(checkpoint["model"])
+    optimizer.load_state_dict(checkpoint["optimizer"])  # moves its state to the model's device
+    if checkpoint["scaler"]:  # empty when saved without fp16 (e.g. on a CPU)
+        scaler.load_state_dict(checkpoint["scaler"])
+    generator.set_state(checkpoint["batch_generator"])
+    torch.set_rng_state(checkpoint["torch_rng"])
+    cuda_states = checkpoint["cuda_rng"]
+    # Only on the same number of GPUs; elsewhere dropout just continues from a fresh stream.
+    if cuda_states and torch.cuda.is_available() and len(cuda_states) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(cuda_states)
+    random.setstate(checkpoint["python_rng"])
+    return checkpoint["step"], checkpoint["history"]
+
+
+# --------------------------------------------------------------------------- the loop
+
+
+def new_history(device: torch.device) -> dict[str, Any]:
+    """An empty history: what `train()` records and returns."""
+    return {
+        "step": [],  # every optimizer step, counted from 1 ...
+        "train_loss": [],  # ... the loss of its batch ...
+        "lr": [],  # ... and its learning rate
+        "eval_step": [],  # the steps at which the loss was estimated (0: before training) ...
+        "eval_train_loss": [],  # ... the estimate on training data ...
+        "val_loss": [],  # ... and on validation data
+        "tokens_per_sec": 0.0,  # training speed during the last call to train()
+        "seconds": 0.0,  # wall-clock time of the last call to train()
+        "device": str(device),
+    }
+
+
+def record_estimate(history: dict[str, Any], step: int, losses: dict[str, float]) -> None:
+    """Append one loss estimate (from `estimate_loss`) to `history`."""
+    history["eval_step"].append(step)
+    history["eval_train_loss"].append(losses["train"])
+    history["val_loss"].append(losses["val"])
+
+
+def train(
+    model: nn.Module,
+    get_batch: GetBatch,
+    config: TrainConfig,
+    loss_fn: LossFn = default_loss,
+    resume: bool = False,
+) -> dict[str, Any]:
+    """Train `model` on batches from `get_batch(split, generator)`; returns the history.
+
+    `get_batch` must draw its randomness from `generator` only: that makes the data order
+    repeatable and lets a resumed run continue it. With `resume=True`, training continues
+    from `config.checkpoint_path` if that file exists (and starts fresh if not), giving
+    exactly the run that would have happened without the interruption.
+    """
+    if resume and config.checkpoint_path is None:
+        raise ValueError("resume=True needs config.checkpoint_path: where is the checkpoint?")
+    resuming = resume and os.path.exists(config.checkpoint_path)
+    if not resuming:
+        set_seed(config.seed)
+
+    device = pick_device(config.device)
+    model.to(device)
+    model.train()
+    optimizer = configure_optimizer(model, config)
+    scaler = make_grad_scaler(device, config.amp)
+    generator = torch.Generator().manual_seed(config.seed)  # the order of training batches
+    # Optimizer and checkpoints use `model`; compute runs through the (maybe) compiled one.
+    model_to_run = torch.compile(model) if config.compile else model
+
+    step, history = 0, new_history(device)
+    if resuming:
+        step, history = load_checkpoint(
+            config.checkpoint_path, model, optimizer, scaler, generator
+        )
+        history["device"] = str(device)
+
+    # The same call every time; only the step it is recorded under changes.
+    estimate = functools.partial(
+        estimate_loss, model_to_run, get_batch, config.eval_steps, loss_fn, device,
+        amp=config.amp, seed=config.seed,
+    )
+    started = time.perf_counter()
+    if step == 0:
+        record_estimate(history, 0, estimate())  # the untrained model: where the curves start
+    train_seconds, tokens_trained = 0.0, 0
+    with tqdm(
+        total=config.max_steps, initial=step, disable=not config.progress, desc="training"
+    ) as progress:
+        while step < config.max_steps:
+            step += 1
+            lr = lr_at(step, config)
+            set_lr(optimizer, lr)
+
+            x, y = get_batch("train", generator)
+            x, y = x.to(device), y.to(device)
+            step_started = time.perf_counter()
+            loss = train_step(model_to_run, (x, y), optimizer, scaler, config, loss_fn)
+            train_seconds += time.perf_counter() - step_started
+            tokens_trained += x.numel()
+
+            history["step"].append(step)
+            history["train_loss"].append(loss)
+            history["lr"].append(lr)
+            postfix = {"loss": f"{loss:.4f}", "lr": f"{lr:.2e}"}
+
+            is_last = step == config.max_steps
+            evaluate_now = is_last or step % config.eval_interval == 0
+            save_now = config.checkpoint_path is not None and (
+                is_last or (config.checkpoint_interval and step % config.checkpoint_interval == 0)
+            )
+            if evaluate_now:
+                losses = estimate()
+                record_estimate(history, step, losses)
+                postfix["val"] = f"{losses['val']:.4f}"
+            if save_now:  # after the estimate, so the checkpoint's history includes it
+                save_checkpoint(
+                    config.checkpoint_path, model, optimizer, scaler,
+                    step, history, generator, config,
+                )
+            progress.set_postfix(postfix, refresh=False)  # drawn by update(), at tqdm's pace
+            progress.update(1)
+
+    history["seconds"] = time.perf_counter() - started
+    history["tokens_per_sec"] = tokens_trained / train_seconds if train_seconds else 0.0
+    return history
