@@ -145,7 +145,7 @@ def test_layernorm_equals_torch():
 def test_encoder_layer_equals_torch(norm_first):
     torch.manual_seed(5)
     theirs = nn.TransformerEncoderLayer(D_MODEL, N_HEADS, D_FF, dropout=0.1, batch_first=True,
-                                        norm_first=norm_first, enable_nested_tensor=False).eval()
+                                        norm_first=norm_first).eval()
     ours = EncoderLayer(D_MODEL, N_HEADS, D_FF, dropout=0.1, norm_first=norm_first).eval()
     copy_encoder_layer(ours, theirs)
     x = torch.randn(3, 7, D_MODEL)
@@ -163,7 +163,7 @@ def test_encoder_layer_equals_torch(norm_first):
 def test_decoder_layer_equals_torch(norm_first):
     torch.manual_seed(6)
     theirs = nn.TransformerDecoderLayer(D_MODEL, N_HEADS, D_FF, dropout=0.1, batch_first=True,
-                                        norm_first=norm_first, enable_nested_tensor=False).eval()
+                                        norm_first=norm_first).eval()
     ours = DecoderLayer(D_MODEL, N_HEADS, D_FF, dropout=0.1, norm_first=norm_first).eval()
     copy_decoder_layer(ours, theirs)
     x, memory = torch.randn(3, 5, D_MODEL), torch.randn(3, 7, D_MODEL)
@@ -172,12 +172,14 @@ def test_decoder_layer_equals_torch(norm_first):
     torch.testing.assert_close(ours(x, memory, causal_mask(5), padding_mask(src, 0)), expected, **TOL)
 
 
+# torch notes that its nested-tensor speed-up is off for pre-LN; irrelevant to the comparison.
+@pytest.mark.filterwarnings("ignore:enable_nested_tensor is True")
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_whole_stack_equals_nn_transformer(norm_first):
     torch.manual_seed(7)
     n_layers = 3
     theirs = nn.Transformer(D_MODEL, N_HEADS, n_layers, n_layers, D_FF, dropout=0.1, batch_first=True,
-                            norm_first=norm_first, enable_nested_tensor=False).eval()
+                            norm_first=norm_first).eval()
     if not norm_first:
         # nn.Transformer always ends each stack with a LayerNorm; the paper's post-LN stack has
         # none (each layer already ends in one). Remove it for the comparison.

@@ -8,7 +8,6 @@ from collections import Counter
 
 import pytest
 
-from tfcourse.bench_bpe import bench_bpe_training
 from tfcourse.tokenizers import (
     BPETokenizer,
     CharTokenizer,
@@ -431,15 +430,3 @@ def test_word_tokenizer_without_unk_says_so():
     tok = WordTokenizer.from_texts(["a"], specials=("<pad>",))
     with pytest.raises(ValueError, match="no <unk> token"):
         tok.encode("b")
-
-
-# --------------------------------------------------------------------------------------
-# Benchmark helper
-# --------------------------------------------------------------------------------------
-
-
-def test_bench_bpe_training_reports_what_it_trained():
-    text = generated_text(4)
-    report = bench_bpe_training(text, vocab_size=300)
-    assert report["vocab_size"] == 300 and report["n_merges"] == 300 - 256 - 1
-    assert report["bytes"] == len(text.encode("utf-8")) and report["seconds"] > 0

@@ -29,13 +29,7 @@ SPLITS = {"train": DATA[: int(0.9 * len(DATA))], "val": DATA[int(0.9 * len(DATA)
 BATCH_SIZE, CONTEXT = 8, 8
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """The model is tiny: one thread is fastest, and steadier on a busy machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
 
 
 def get_batch(split: str, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
