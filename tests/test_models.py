@@ -8,7 +8,7 @@ import torch
 from tfcourse.attention import KVCache, MultiHeadAttention, causal_mask, scaled_dot_product_attention
 from tfcourse.blocks import EncoderLayer, LayerNorm
 from tfcourse.decoding import (beam_search_gpt, filter_logits, generate, length_penalty, sample_next_token,
-                               translate_beam, translate_greedy)
+                               translate_beam, translate)
 from tfcourse.embedding import InputEmbedding, TokenEmbedding, sinusoidal_positional_encoding
 from tfcourse.ffn import PositionwiseFeedForward
 from tfcourse.models import (GPT, EncoderOnly, EncoderOnlyConfig, GPTConfig, Transformer, TransformerConfig,
@@ -230,13 +230,27 @@ def test_beam_search_finds_a_sequence_at_least_as_likely_as_greedy():
 def test_encoder_decoder_greedy_with_cache_equals_beam_one():
     model = tiny_transformer(8)
     src = torch.randint(3, 19, (1, 8))
-    greedy = translate_greedy(model, src, bos_id=1, eos_id=2, max_new_tokens=10)
+    greedy = translate(model, src, bos_id=1, eos_id=2, max_new_tokens=10)
     beam = translate_beam(model, src[0], bos_id=1, eos_id=2, max_new_tokens=10, beam_size=1)
     assert torch.equal(greedy[0], beam)
     # the cached decoder equals re-running the decoder on the whole prefix
     memory, src_mask = model.encode(src)
     logits = model.decode(greedy[:, :-1], memory, src_mask)
     assert torch.equal(logits.argmax(-1), greedy[:, 1:])
+
+
+def test_encoder_decoder_sampling_is_reproducible_and_respects_top_k():
+    model = tiny_transformer(9)
+    src = torch.randint(3, 19, (4, 8))
+    runs = [translate(model, src, 1, 2, 12, temperature=1.5, top_k=3, generator=torch.Generator().manual_seed(5))
+            for _ in range(2)]
+    assert torch.equal(runs[0], runs[1])
+    memory, src_mask = model.encode(src)
+    logits = model.decode(runs[0][:, :-1], memory, src_mask)  # (B, T, V)
+    top3 = logits.topk(3, dim=-1).indices  # every sampled token must be among the 3 best
+    chosen = runs[0][:, 1:, None]
+    after_eos = (runs[0][:, :-1] == 2).cumsum(1).bool()  # tokens after eos are padding, not samples
+    assert ((top3 == chosen).any(-1) | after_eos).all()
 
 
 def test_top_k_top_p_and_temperature():

@@ -99,15 +99,6 @@ def test_attention_labels_with_a_font_that_has_the_glyphs(monkeypatch):
     assert tick_texts(fig.axes[0]) == (CHINESE_KEY, CHINESE_QUERY)
 
 
-@pytest.mark.skipif(plots.find_cjk_font() is None, reason="no CJK font is installed")
-def test_attention_labels_with_an_installed_cjk_font():
-    fig, messages = draw_and_collect_warnings(
-        lambda: plots.plot_attention(random_attention(6, 3), CHINESE_QUERY, CHINESE_KEY)
-    )
-    assert not [m for m in messages if "Glyph" in m], messages
-    assert tick_texts(fig.axes[0]) == (CHINESE_KEY, CHINESE_QUERY)
-
-
 def test_drawable_label_keeps_what_the_font_can_draw(monkeypatch):
     monkeypatch.setattr(plots, "find_cjk_font", lambda: None)
     fonts = plots._fonts_for(None)

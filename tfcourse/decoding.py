@@ -144,10 +144,13 @@ def beam_search_gpt(model, prompt: Tensor, max_new_tokens: int, beam_size: int =
 
 
 @torch.no_grad()
-def translate_greedy(model, src: Tensor, bos_id: int, eos_id: int, max_new_tokens: int) -> Tensor:
-    """Encoder-decoder greedy decoding. src (B, S) -> (B, 1 + n) target ids starting with bos_id.
+def translate(model, src: Tensor, bos_id: int, eos_id: int, max_new_tokens: int, temperature: float = 0.0,
+              top_k: int | None = None, top_p: float | None = None,
+              generator: torch.Generator | None = None) -> Tensor:
+    """Encoder-decoder decoding, greedy by default. src (B, S) -> (B, 1 + n) target ids starting with bos_id.
 
     The source is encoded once; the decoder runs step by step with its key/value caches.
+    temperature > 0 samples instead (with optional top-k / top-p), as for the GPT.
     """
     model.eval()
     memory, src_mask = model.encode(src)  # (B, S, d_model), (B, 1, 1, S)
@@ -157,10 +160,11 @@ def translate_greedy(model, src: Tensor, bos_id: int, eos_id: int, max_new_token
     new_input = out
     for _ in range(max_new_tokens):
         logits = model.decode(new_input, memory, src_mask, caches)[:, -1]  # (B, V)
-        next_id = logits.argmax(dim=-1).masked_fill(finished, eos_id)  # (B,)
+        next_id = sample_next_token(logits, temperature, top_k, top_p, generator)  # (B,)
+        next_id = next_id.masked_fill(finished, eos_id)  # finished rows keep emitting eos
         finished |= next_id == eos_id
-        out = torch.cat([out, next_id[:, None]], dim=1)
-        new_input = next_id[:, None]
+        out = torch.cat([out, next_id[:, None]], dim=1)  # (B, 1 + steps)
+        new_input = next_id[:, None]  # (B, 1): only the new token goes in
         if finished.all():
             break
     return out
@@ -184,5 +188,5 @@ def translate_beam(model, src: Tensor, bos_id: int, eos_id: int, max_new_tokens:
 
 __all__ = [
     "filter_logits", "sample_next_token", "generate", "length_penalty", "beam_search",
-    "beam_search_gpt", "translate_greedy", "translate_beam",
+    "beam_search_gpt", "translate", "translate_beam",
 ]
