@@ -23,6 +23,8 @@ class TokenEmbedding(nn.Module):
     output layer, where small weights are wanted), so each looked-up entry is about 1/sqrt(d_model)
     in size. Multiplying by sqrt(d_model) brings the entries to about 1, the size of the sin/cos
     positional encoding they are added to; otherwise position would drown out meaning.
+    With scale=False (GPT-2's convention) entries start at std 0.02, the size of GPT-2's learned
+    position vectors, and are used as they are.
     """
 
     def __init__(self, vocab_size: int, d_model: int, scale: bool = True):
@@ -30,7 +32,8 @@ class TokenEmbedding(nn.Module):
         self.vocab_size = vocab_size
         self.d_model = d_model
         self.scale = math.sqrt(d_model) if scale else 1.0
-        self.weight = nn.Parameter(torch.randn(vocab_size, d_model) / math.sqrt(d_model))
+        init_std = 1 / math.sqrt(d_model) if scale else 0.02
+        self.weight = nn.Parameter(torch.randn(vocab_size, d_model) * init_std)
 
     def forward(self, ids: Tensor) -> Tensor:
         expect_token_ids(ids, self.vocab_size)
@@ -111,10 +114,11 @@ class InputEmbedding(nn.Module):
         dropout: float = 0.1,
         positional: str = "sinusoidal",
         token_embedding: TokenEmbedding | None = None,
+        scale: bool = True,
     ):
         super().__init__()
         # A caller may pass an existing table to share it (source/target sharing in translation).
-        self.token = token_embedding or TokenEmbedding(vocab_size, d_model)
+        self.token = token_embedding or TokenEmbedding(vocab_size, d_model, scale)
         if positional == "sinusoidal":
             self.position: nn.Module = SinusoidalPositionalEncoding(d_model, max_len)
         elif positional == "learned":

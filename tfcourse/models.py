@@ -134,6 +134,7 @@ class GPTConfig:
     norm_first: bool = True  # GPT-2's pre-LN: stable training without a long warm-up
     positional: str = "learned"  # GPT uses learned position vectors; "sinusoidal" also works
     tie_weights: bool = True  # output layer shares the token table: fewer parameters, better small-data fit
+    scale_embedding: bool = False  # GPT-2 does not multiply by sqrt(d_model); see TokenEmbedding
     activation: str = "gelu"  # GPT-2 uses GELU; "relu" gives the paper's FFN
     fused_attention: bool = True  # torch's fused attention kernel (same result, faster)
 
@@ -154,7 +155,8 @@ class GPT(nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()
         self.config = c = config
-        self.embed = InputEmbedding(c.vocab_size, c.d_model, c.max_len, c.dropout, c.positional)
+        self.embed = InputEmbedding(c.vocab_size, c.d_model, c.max_len, c.dropout, c.positional,
+                                    scale=c.scale_embedding)
         self.blocks = Encoder(c.n_layers, c.d_model, c.n_heads, c.d_ff, c.dropout, c.norm_first,
                               c.activation, fused=c.fused_attention)
         self.output = nn.Linear(c.d_model, c.vocab_size, bias=False)
