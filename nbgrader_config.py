@@ -1,0 +1,20 @@
+# nbgrader configuration: run nbgrader from the repository root.
+#   solutions/<lesson>/<lesson>.ipynb   the source (complete lessons with solutions and hidden tests)
+#   notebooks/<lesson>/<lesson>.ipynb   the release (student version), made by `nbgrader generate_assignment`
+c = get_config()  # noqa: F821 - provided by nbgrader when it loads this file
+
+c.CourseDirectory.root = "."
+c.CourseDirectory.source_directory = "solutions"
+c.CourseDirectory.release_directory = "notebooks"
+c.CourseDirectory.submitted_directory = "submitted"
+c.CourseDirectory.autograded_directory = "autograded"
+c.CourseDirectory.feedback_directory = "feedback"
+c.CourseDirectory.course_id = "tfcourse"
+
+# The stub a learner sees in place of each solution.
+c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
+
+# Lessons run with TFCOURSE_FAST semantics under nbgrader (NBGRADER_EXECUTION is set), so the
+# longest cell is a short training run; 120 s per cell leaves room on a slow machine.
+c.Execute.timeout = 120
+c.Execute.interrupt_on_timeout = True

@@ -1,0 +1,204 @@
+"""The machinery behind every exercise check: run the learner's code safely, compare it with the
+reference, name the usual mistake, and say so in one line.
+
+A check is a function `check_<exercise>(learner_object, hidden=False)`. It
+1. builds seeded inputs and computes the reference answer (and the answers that the usual
+   mistakes would give) *before* running the learner's code;
+2. runs the learner's code with the reference and the matching torch built-in off-limits
+   (`off_limits`), warnings silenced (nbgrader scores a cell that writes to stderr as failed);
+3. compares shape, dtype, finiteness and values (`compare`), checks inputs were not modified,
+   and on a mismatch says which known mistake the output matches;
+4. prints one success line, or raises CheckFailed with one clear message.
+`hidden=True` runs the extra cases of the hidden tests (other shapes, seeds, edge cases).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import sys
+import types
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+
+class CheckFailed(AssertionError):
+    """An exercise check failed; the message says why in one line (or a few)."""
+
+
+class OffLimitsError(CheckFailed):
+    """The learner's code called the reference answer or the torch built-in it is meant to replace."""
+
+
+def passed(message: str) -> None:
+    """The one success line a check prints (to stdout: stderr would cost the cell its points)."""
+    print(f"✔ {message}")
+
+
+# ----------------------------------------------------------------------------------------------
+# Running the learner's code
+# ----------------------------------------------------------------------------------------------
+
+
+def call_learner(what: str, fn: Callable, *args: Any, **kwargs: Any) -> Any:
+    """Call the learner's `fn`; turn a crash into a CheckFailed that names `what` was being done."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a library warning must never cost points
+            return fn(*args, **kwargs)
+    except CheckFailed:
+        raise
+    except NotImplementedError:
+        raise CheckFailed(f"{what}: not implemented yet — replace `raise NotImplementedError()` with your code") from None
+    except SystemExit as exit_:
+        raise CheckFailed(f"{what}: your code called sys.exit({exit_.code}); return a value instead") from None
+    except Exception as error:  # noqa: BLE001 - any learner error becomes one clear line
+        raise CheckFailed(f"{what}: your code raised {type(error).__name__}: {error}") from error
+
+
+# ----------------------------------------------------------------------------------------------
+# The guard: the answer is off-limits while a check runs
+# ----------------------------------------------------------------------------------------------
+
+
+def _resolve(dotted: str) -> tuple[Any, str, Any]:
+    """'torch.nn.functional.softmax' -> (owner object, attribute name, the object)."""
+    module_name, _, attribute = dotted.rpartition(".")
+    try:
+        owner: Any = importlib.import_module(module_name)
+    except ModuleNotFoundError:  # an attribute of a class, e.g. torch.Tensor.softmax
+        owner_module, _, owner_name = module_name.rpartition(".")
+        owner = getattr(importlib.import_module(owner_module), owner_name)
+    return owner, attribute, getattr(owner, attribute)
+
+
+def _refuser(name: str, exercise: str) -> Callable:
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise OffLimitsError(
+            f"`{name}` is off-limits in this exercise ({exercise}): the point is to write it yourself"
+        )
+
+    return refuse
+
+
+class _Patches:
+    """Attribute replacements that are undone in reverse order."""
+
+    def __init__(self) -> None:
+        self._undo: list[Callable[[], None]] = []
+
+    def set(self, owner: Any, attribute: str, value: Any) -> None:
+        had_own = isinstance(owner, type) and attribute in owner.__dict__
+        old = owner.__dict__[attribute] if isinstance(owner, type) and had_own else getattr(owner, attribute)
+        setattr(owner, attribute, value)
+        if isinstance(owner, type) and not had_own:
+            self._undo.append(lambda: delattr(owner, attribute))  # it was inherited: remove our shadow
+        else:
+            self._undo.append(lambda: setattr(owner, attribute, old))
+
+    def undo(self) -> None:
+        while self._undo:
+            self._undo.pop()()
+
+
+def _namespaces(extra: Sequence[Mapping[str, Any]]) -> Iterator[Any]:
+    """Every loaded module, plus the learner's own namespaces (the notebook's globals)."""
+    yield from (m for m in list(sys.modules.values()) if isinstance(m, types.ModuleType))
+    yield from extra
+
+
+@contextlib.contextmanager
+def off_limits(names: Sequence[str], exercise: str, learner_namespaces: Sequence[dict] = ()) -> Iterator[None]:
+    """While active, each object named in `names` raises OffLimitsError when used.
+
+    Classes (e.g. torch.nn.LayerNorm) get a refusing __init__ and forward, which also catches
+    instances built earlier. Functions are replaced wherever a module or the learner's namespace
+    holds them, so `from torch.nn.functional import softmax as s` is caught too. Methods of
+    torch.Tensor (e.g. 'torch.Tensor.softmax') are shadowed on the class.
+    """
+    patches = _Patches()
+    try:
+        targets = [(name, *_resolve(name)) for name in names]
+        for name, owner, attribute, target in targets:
+            refuse = _refuser(name, exercise)
+            if isinstance(target, type):
+                for method in ("__init__", "forward"):
+                    if hasattr(target, method):
+                        patches.set(target, method, refuse)
+            elif isinstance(owner, type):
+                patches.set(owner, attribute, refuse)
+            else:
+                for namespace in _namespaces(learner_namespaces):
+                    holder = namespace if isinstance(namespace, dict) else vars(namespace)
+                    for key, value in list(holder.items()):
+                        if value is target:
+                            if isinstance(namespace, dict):
+                                old = holder[key]
+                                holder[key] = refuse
+                                patches._undo.append(lambda h=holder, k=key, o=old: h.__setitem__(k, o))
+                            else:
+                                patches.set(namespace, key, refuse)
+        yield
+    finally:
+        patches.undo()
+
+
+def learner_namespaces(obj: Any) -> list[dict]:
+    """The global namespace(s) the learner's function or class was defined in."""
+    if isinstance(obj, type):
+        return [vars(sys.modules[obj.__module__])] if obj.__module__ in sys.modules else []
+    fn = getattr(obj, "__func__", obj)
+    return [fn.__globals__] if hasattr(fn, "__globals__") else []
+
+
+# ----------------------------------------------------------------------------------------------
+# Comparing with the reference, and naming the mistake
+# ----------------------------------------------------------------------------------------------
+
+
+def _shape(t: Tensor) -> str:
+    return "(" + ", ".join(str(s) for s in t.shape) + ")"
+
+
+def _close(a: Tensor, b: Tensor, atol: float, rtol: float) -> bool:
+    return a.shape == b.shape and bool(torch.allclose(a.double(), b.double(), atol=atol, rtol=rtol, equal_nan=False))
+
+
+def compare(actual: Any, expected: Tensor, what: str, mistakes: Mapping[str, Tensor] | None = None,
+            atol: float = 1e-5, rtol: float = 1e-4, check_dtype: bool = True) -> None:
+    """Fail with one line unless `actual` is a tensor equal to `expected` (shape, dtype, values).
+
+    `mistakes` maps a description ("attention *without* the 1/sqrt(d_k) scaling") to the output
+    that mistake would produce; the first one that `actual` matches is named in the message.
+    """
+    if not isinstance(actual, Tensor):
+        raise CheckFailed(f"{what}: expected a torch.Tensor, got {type(actual).__name__}")
+    if actual.shape != expected.shape:
+        raise CheckFailed(f"{what}: expected shape {_shape(expected)}, got {_shape(actual)}")
+    if check_dtype and actual.dtype != expected.dtype:
+        raise CheckFailed(f"{what}: expected dtype {expected.dtype}, got {actual.dtype}")
+    actual_d = actual.detach()
+    if actual_d.is_floating_point() and not torch.isfinite(actual_d).all() and torch.isfinite(expected).all():
+        raise CheckFailed(f"{what}: your output contains NaN or inf where the reference is finite")
+    if _close(actual_d, expected, atol, rtol):
+        return
+    for description, wrong in (mistakes or {}).items():
+        if _close(actual_d, wrong, atol, rtol):
+            raise CheckFailed(f"{what}: your output equals {description}")
+    worst = (actual_d.double() - expected.double()).abs().max().item()
+    raise CheckFailed(f"{what}: values differ from the reference (largest difference {worst:.3g})")
+
+
+def expect_unchanged(before: Sequence[Tensor], after: Sequence[Tensor], what: str) -> None:
+    """Inputs must not be modified in place: the caller still needs them."""
+    for i, (old, new) in enumerate(zip(before, after)):
+        if not torch.equal(old, new):
+            raise CheckFailed(f"{what}: your code modified input #{i + 1} in place; work on a copy instead")
+
+
+def seeded(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
