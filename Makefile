@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.tfcourse-installed
 
-.PHONY: help lab test bench clean-venv
+.PHONY: help lab test bench solutions solutions-fast student-version clean-venv
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -26,6 +26,15 @@ test: $(STAMP)  ## set up, then run the whole test suite
 
 bench: $(STAMP)  ## print the package's performance figures
 	$(BIN)/python -m tfcourse.bench
+
+solutions: $(STAMP)  ## run every solution notebook end to end (full mode) into runs/solutions/
+	$(BIN)/tfcourse run-solutions
+
+solutions-fast: $(STAMP)  ## the same in fast mode (training cells shrink to seconds)
+	$(BIN)/tfcourse run-solutions --fast
+
+student-version: $(STAMP)  ## regenerate notebooks/ from solutions/ (never overwrites your edits)
+	$(BIN)/python tools/release.py
 
 clean-venv:  ## delete the virtual environment
 	rm -rf $(VENV)

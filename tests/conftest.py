@@ -14,3 +14,14 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Print how long each solution notebook took (tests/test_notebooks.py records it)."""
+    module = __import__("sys").modules.get("test_notebooks")
+    times = getattr(module, "RUN_TIMES", {}) if module else {}
+    if times:
+        terminalreporter.section("solution notebooks, fast mode")
+        for lesson, seconds in times.items():
+            terminalreporter.write_line(f"{seconds:7.1f} s  {lesson}")
+        terminalreporter.write_line(f"{sum(times.values()):7.1f} s  total")

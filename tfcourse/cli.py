@@ -34,6 +34,20 @@ def _data(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_solutions(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .notebooks import run_solutions
+
+    results = run_solutions(Path(args.source), Path(args.out), fast=args.fast, only=args.lessons or None,
+                            timeout=args.timeout)
+    failed = [r for r in results if not r.ok]
+    total = sum(r.seconds for r in results)
+    print(f"{len(results) - len(failed)}/{len(results)} notebooks ran in {total:.0f} s "
+          f"({'fast' if args.fast else 'full'} mode); executed copies in {args.out}/")
+    return 1 if failed else 0
+
+
 def _bench(argv: list[str]) -> int:
     from .bench import main as bench_main
 
@@ -48,6 +62,13 @@ def build_parser() -> argparse.ArgumentParser:
                         ).set_defaults(run=_info)
     commands.add_parser("data", help="download Tiny Shakespeare into the cache (once) and verify it"
                         ).set_defaults(run=_data)
+    run = commands.add_parser("run-solutions", help="execute every solution notebook end to end into an output folder")
+    run.add_argument("lessons", nargs="*", help="lessons to run, e.g. 03 or 03_attention (default: all)")
+    run.add_argument("--fast", action="store_true", help="fast mode: training cells shrink to seconds")
+    run.add_argument("--source", default="solutions", help="folder of lesson notebooks (default: solutions)")
+    run.add_argument("--out", default="runs/solutions", help="where executed copies go (default: runs/solutions)")
+    run.add_argument("--timeout", type=int, default=1800, help="seconds allowed per cell (default: 1800)")
+    run.set_defaults(run=_run_solutions)
     # Listed here for --help; main() hands its arguments straight to tfcourse.bench.
     commands.add_parser("bench", help="print the performance figures (see `tfcourse bench -h`)")
     return parser

@@ -1,0 +1,182 @@
+"""The lessons as notebooks: they run, they validate, the student version is in sync and its
+stubs fail, and the reference code in them cannot drift from the package."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from tfcourse.notebooks import lesson_notebooks, run_notebook
+from tools.release import generate
+
+ROOT = Path(__file__).resolve().parents[1]
+SOLUTIONS = lesson_notebooks(ROOT / "solutions")
+LESSONS = [path.parent.name for path in SOLUTIONS]
+RUN_TIMES: dict[str, float] = {}  # printed at the end of the session (conftest.py)
+
+
+def _nbgrader(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=ROOT, capture_output=True, text=True)
+
+
+def _graded(nb) -> bool:
+    return any(cell.metadata.get("nbgrader", {}).get("grade") for cell in nb.cells)
+
+
+@pytest.fixture(scope="module")
+def student_versions(tmp_path_factory) -> Path:
+    release = tmp_path_factory.mktemp("release")
+    for lesson in LESSONS:
+        generate(lesson, release)
+    return release
+
+
+def test_there_are_lessons():
+    assert len(LESSONS) >= 1
+
+
+@pytest.mark.parametrize("path", SOLUTIONS, ids=LESSONS)
+def test_solution_runs_end_to_end_in_fast_mode(path, tmp_path):
+    result = run_notebook(path, tmp_path / path.name, fast=True, timeout=300)
+    RUN_TIMES[path.parent.name] = result.seconds
+    assert result.ok, f"{path.parent.name} failed: {result.error}"
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_source_passes_nbgrader_validate(lesson):
+    result = _nbgrader("validate", f"solutions/{lesson}/{lesson}.ipynb")
+    assert result.returncode == 0 and "Success!" in result.stdout, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_every_graded_test_cell_fails_on_the_stubs(lesson, student_versions):
+    path = student_versions / lesson / f"{lesson}.ipynb"
+    if not _graded(nbformat.read(path, as_version=4)):
+        pytest.skip(f"{lesson} has no graded cells")  # the overview lesson
+    result = _nbgrader("validate", "--invert", str(path))
+    assert result.returncode == 0 and "Success!" in result.stdout, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_notebooks_folder_equals_a_fresh_generate_assignment(lesson, student_versions):
+    committed = ROOT / "notebooks" / lesson / f"{lesson}.ipynb"
+    assert committed.exists(), f"notebooks/{lesson} is missing: run `make student-version`"
+    fresh = nbformat.read(student_versions / lesson / f"{lesson}.ipynb", as_version=4)
+    ours = nbformat.read(committed, as_version=4)
+    assert len(ours.cells) == len(fresh.cells), f"{lesson}: run `make student-version`"
+    for i, (a, b) in enumerate(zip(ours.cells, fresh.cells)):
+        assert (a.cell_type, a.source, a.metadata) == (b.cell_type, b.source, b.metadata), (
+            f"notebooks/{lesson} cell {i} differs from solutions/: run `make student-version`"
+        )
+    assert ours.metadata == fresh.metadata
+
+
+# ------------------------------------------------------------------------------------------
+# Structure: points, exercises, hidden tests
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", SOLUTIONS, ids=LESSONS)
+def test_lesson_structure(path):
+    nb = nbformat.read(path, as_version=4)
+    cells = [(c, c.metadata.get("nbgrader", {})) for c in nb.cells]
+    solutions = [c for c, m in cells if m.get("solution")]
+    test_cells = [c for c, m in cells if m.get("grade") and not m.get("solution")]
+    if not test_cells and not solutions:
+        return  # an ungraded overview lesson
+    assert 3 <= len(solutions) <= 8, f"{path.parent.name}: {len(solutions)} exercises, expected 3-8"
+    for cell, meta in cells:
+        if meta.get("grade"):
+            assert meta.get("points", 0) > 0, f"graded cell {meta['grade_id']} has no points"
+    for cell in solutions:
+        assert "### BEGIN SOLUTION" in cell.source and "### END SOLUTION" in cell.source
+    for cell in test_cells:
+        assert "### BEGIN HIDDEN TESTS" in cell.source, f"{cell.metadata['nbgrader']['grade_id']}: no hidden tests"
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            assert "### BEGIN" not in cell.source
+    ids = [m["grade_id"] for _, m in cells if m]
+    assert len(ids) == len(set(ids)), "duplicate grade ids"
+
+
+# ------------------------------------------------------------------------------------------
+# One source of truth: solution regions that mirror package code must equal it
+# ------------------------------------------------------------------------------------------
+
+
+def _is_validation_call(node: ast.stmt) -> bool:
+    """`expect_tensor(...)`, `_check_mask(...)`: input checks the package adds and learners need not."""
+    if not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)):
+        return False
+    func = node.value.func
+    name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
+    return name.startswith(("expect_", "_check"))
+
+
+class _Normalise(ast.NodeTransformer):
+    """Drop docstrings, type annotations and validation calls: what remains is the algorithm."""
+
+    def _body(self, body):
+        if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                and isinstance(body[0].value.value, str):
+            body = body[1:]
+        return [stmt for stmt in body if not _is_validation_call(stmt)] or [ast.Pass()]
+
+    def generic_visit(self, node):
+        node = super().generic_visit(node)
+        if isinstance(getattr(node, "body", None), list):
+            node.body = self._body(node.body)
+        for field in ("orelse", "finalbody"):
+            statements = getattr(node, field, None)
+            if statements:
+                setattr(node, field, [s for s in statements if not _is_validation_call(s)] or [ast.Pass()])
+        if isinstance(node, ast.arg):
+            node.annotation = None
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            node.returns = None
+        if isinstance(node, ast.AnnAssign) and node.value is None:
+            return None  # a bare annotation such as `x: int` carries no behaviour
+        return node
+
+
+def normalised_ast(source: str, name: str) -> str:
+    tree = ast.parse(textwrap.dedent(source))
+    matches = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name == name]
+    assert matches, f"no top-level def/class named {name}"
+    return ast.dump(_Normalise().visit(matches[-1]), annotate_fields=False)
+
+
+def _mirrors():
+    for path in SOLUTIONS:
+        for index, cell in enumerate(nbformat.read(path, as_version=4).cells):
+            for dotted in cell.metadata.get("tfcourse", {}).get("mirrors", []):
+                yield pytest.param(path, index, dotted, id=f"{path.parent.name}:{dotted}")
+
+
+def _solution_source(cell_source: str) -> str:
+    return re.sub(r"^\s*### (BEGIN|END) SOLUTION\s*$", "", cell_source, flags=re.M)
+
+
+@pytest.mark.parametrize(("path", "index", "dotted"), list(_mirrors()))
+def test_solution_region_equals_the_package(path, index, dotted):
+    module_name, _, name = dotted.rpartition(".")
+    package_obj = getattr(importlib.import_module(module_name), name)
+    cell = nbformat.read(path, as_version=4).cells[index]
+    ours = normalised_ast(_solution_source(cell.source), name)
+    theirs = normalised_ast(inspect.getsource(package_obj), name)
+    assert ours == theirs, f"{path.parent.name}: the solution's {name} has drifted from {dotted}"
+
+
+def test_drift_check_ignores_only_docstrings_comments_annotations_and_validation():
+    package = 'def f(x: int) -> int:\n    """Doc."""\n    expect_tensor(x, "x")\n    return x + 1  # why\n'
+    assert normalised_ast("def f(x):\n    return x + 1\n", "f") == normalised_ast(package, "f")
+    assert normalised_ast("def f(x):\n    return x + 2\n", "f") != normalised_ast(package, "f")
