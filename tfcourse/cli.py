@@ -69,7 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", default="runs/solutions", help="where executed copies go (default: runs/solutions)")
     run.add_argument("--timeout", type=int, default=1800, help="seconds allowed per cell (default: 1800)")
     run.set_defaults(run=_run_solutions)
-    # Listed here for --help; main() hands its arguments straight to tfcourse.bench.
+    # Listed here for --help; main() hands their arguments straight to tfcourse.grade / tfcourse.bench.
+    commands.add_parser("grade", help="grade your notebooks with the full tests (see `tfcourse grade -h`)")
     commands.add_parser("bench", help="print the performance figures (see `tfcourse bench -h`)")
     return parser
 
@@ -78,6 +79,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["bench"]:
         return _bench(argv[1:])
+    if argv[:1] == ["grade"]:
+        from .grade import main as grade_main
+
+        return grade_main(argv[1:])
     args = build_parser().parse_args(argv)
     return args.run(args)
 

@@ -1,0 +1,243 @@
+"""`tfcourse grade`: grade your own notebooks with nbgrader, hidden tests included.
+
+For each lesson, a temporary nbgrader course is built: the source from solutions/, a *copy* of
+your notebook as the submission. nbgrader autogrades the copy and writes an HTML feedback report;
+your files are only ever read. The result is a table of points per exercise with each check's
+one-line message.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+STUDENT = "me"
+
+
+class GradingError(RuntimeError):
+    """Something went wrong in the grading machinery itself (not in the learner's notebook)."""
+
+
+@dataclass
+class ExerciseGrade:
+    grade_id: str
+    score: float
+    max_score: float
+    message: str
+
+    @property
+    def passed(self) -> bool:
+        return self.score >= self.max_score
+
+
+@dataclass
+class LessonGrade:
+    lesson: str
+    notebook: Path | None
+    exercises: list[ExerciseGrade] = field(default_factory=list)
+    problem: str | None = None  # why the notebook could not be graded at all (missing, not JSON, ...)
+    feedback: Path | None = None
+
+    @property
+    def score(self) -> float:
+        return sum(e.score for e in self.exercises)
+
+    @property
+    def max_score(self) -> float:
+        return sum(e.max_score for e in self.exercises)
+
+
+def _nbgrader(args: list[str], course: Path, timeout: int | None) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    # nbgrader runs `alembic` as a program: the environment's bin folder must be on PATH.
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    extra = [f"--Execute.timeout={timeout}"] if timeout else []
+    command = [sys.executable, "-m", "nbgrader", *args, "--log-level=ERROR", *extra]
+    return subprocess.run(command, cwd=course, env=env, capture_output=True, text=True)
+
+
+def _course_config(repo_config: Path) -> str:
+    # The repository's nbgrader_config.py, with the course rooted in the temporary folder.
+    return repo_config.read_text() + '\nc.CourseDirectory.root = "."\nc.CourseDirectory.db_url = "sqlite:///gradebook.db"\n'
+
+
+def _message(cell: dict) -> str:
+    """One line from a graded cell's outputs: the error's last line, else the check's ✔ line."""
+    for output in cell.get("outputs", []):
+        if output.get("output_type") == "error":
+            if output.get("ename") == "NotImplementedError":
+                return "not implemented yet"
+            return f"{output.get('ename', 'Error')}: {output.get('evalue', '')}".strip().splitlines()[0][:200]
+    lines = [line for output in cell.get("outputs", []) if output.get("output_type") == "stream"
+             for line in "".join(output.get("text", "")).splitlines() if line.strip()]
+    return lines[-1][:200] if lines else ""
+
+
+def _messages(autograded: Path) -> dict[str, str]:
+    cells = json.loads(autograded.read_text())["cells"]
+    return {c["metadata"]["nbgrader"]["grade_id"]: _message(c)
+            for c in cells if c.get("metadata", {}).get("nbgrader", {}).get("grade")}
+
+
+def _read_grades(course: Path, lesson: str) -> dict[str, tuple[float, float]]:
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
+        submission = gradebook.find_submission(lesson, STUDENT)
+        return {g.name: (float(g.score), float(g.max_score))
+                for notebook in submission.notebooks for g in notebook.grades}
+
+
+def _unreadable(path: Path) -> str | None:
+    try:
+        json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        return f"{path.name} is not a valid notebook (not JSON: {error.msg})"
+    return None
+
+
+def grade_lesson(lesson: str, notebook: Path | None, solutions: Path, report_dir: Path,
+                 repo_config: Path, timeout: int | None = None) -> LessonGrade:
+    """Autograde one lesson; `notebook` is the learner's file (read, never written)."""
+    source = solutions / lesson / f"{lesson}.ipynb"
+    if not source.exists():
+        raise GradingError(f"no source notebook {source}: run tfcourse grade from the course folder")
+    result = LessonGrade(lesson, notebook)
+    if notebook is None or not notebook.exists():
+        result.problem = f"missing: expected your notebook at notebooks/{lesson}/{lesson}.ipynb"
+    elif problem := _unreadable(notebook):
+        result.problem = problem
+    with tempfile.TemporaryDirectory(prefix="tfcourse-grade-") as tmp:
+        course = Path(tmp)
+        (course / "nbgrader_config.py").write_text(_course_config(repo_config))
+        shutil.copytree(solutions / lesson, course / "solutions" / lesson)
+        done = _nbgrader(["generate_assignment", lesson, "--force"], course, None)
+        if done.returncode != 0:
+            raise GradingError(f"nbgrader generate_assignment {lesson} failed:\n{done.stderr[-2000:]}")
+        if result.problem:  # nothing to run: every exercise scores 0
+            grades = _max_points(course / "notebooks" / lesson / f"{lesson}.ipynb")
+            result.exercises = [ExerciseGrade(gid, 0.0, mx, result.problem) for gid, mx in grades.items()]
+            return result
+        submitted = course / "submitted" / STUDENT / lesson
+        submitted.mkdir(parents=True)
+        _copy_submission(notebook, submitted / f"{lesson}.ipynb")
+        done = _nbgrader(["autograde", lesson, "--create", "--force"], course, timeout)
+        autograded = course / "autograded" / STUDENT / lesson / f"{lesson}.ipynb"
+        if not autograded.exists():
+            result.problem = _autograde_failure(done)
+            grades = _max_points(course / "notebooks" / lesson / f"{lesson}.ipynb")
+            result.exercises = [ExerciseGrade(gid, 0.0, mx, result.problem) for gid, mx in grades.items()]
+            return result
+        scores, messages = _read_grades(course, lesson), _messages(autograded)
+        result.exercises = [ExerciseGrade(gid, s, mx, messages.get(gid, "")) for gid, (s, mx) in scores.items()]
+        result.feedback = _feedback(course, lesson, report_dir)
+    return result
+
+
+def _copy_submission(notebook: Path, target: Path) -> None:
+    """Copy the learner's notebook for grading. The copy always runs on the course's Python kernel,
+    whatever kernel the learner's file names; the learner's file itself is never written."""
+    nb = json.loads(notebook.read_text(encoding="utf-8"))
+    nb.setdefault("metadata", {})["kernelspec"] = {
+        "display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
+    target.write_text(json.dumps(nb), encoding="utf-8")
+
+
+def _max_points(release_notebook: Path) -> dict[str, float]:
+    cells = json.loads(release_notebook.read_text())["cells"]
+    return {c["metadata"]["nbgrader"]["grade_id"]: float(c["metadata"]["nbgrader"].get("points", 0))
+            for c in cells if c.get("metadata", {}).get("nbgrader", {}).get("grade")}
+
+
+def _autograde_failure(done: subprocess.CompletedProcess) -> str:
+    text = done.stdout + done.stderr
+    for hint in ("kernel", "Kernel", "cell_type", "grade_id", "checksum"):
+        for line in text.splitlines():
+            if hint in line and ("ERROR" in line or "Error" in line):
+                return f"nbgrader could not grade it: {line.strip()[:200]}"
+    return "nbgrader could not grade it (see `nbgrader autograde` output)"
+
+
+def _feedback(course: Path, lesson: str, report_dir: Path) -> Path | None:
+    done = _nbgrader(["generate_feedback", lesson, "--force"], course, None)
+    html = course / "feedback" / STUDENT / lesson / f"{lesson}.html"
+    if done.returncode != 0 or not html.exists():
+        return None
+    report_dir.mkdir(parents=True, exist_ok=True)
+    target = report_dir / f"{lesson}.html"
+    shutil.copyfile(html, target)
+    return target
+
+
+# ----------------------------------------------------------------------------------------------
+# The command
+# ----------------------------------------------------------------------------------------------
+
+
+def graded_lessons(solutions: Path) -> list[str]:
+    """Lessons whose source has graded cells (the overview lesson has none)."""
+    lessons = []
+    for path in sorted(solutions.glob("[0-9][0-9]_*/[0-9][0-9]_*.ipynb")):
+        if path.stem == path.parent.name and _max_points(path):
+            lessons.append(path.parent.name)
+    return lessons
+
+
+def lesson_of(path: Path, lessons: list[str]) -> str:
+    """Which lesson a notebook belongs to: its folder, else the NN_ prefix of its name."""
+    for candidate in (path.parent.name, path.stem):
+        for lesson in lessons:
+            if candidate == lesson or candidate.startswith(lesson[:3]):
+                return lesson
+    raise GradingError(f"cannot tell which lesson {path} belongs to; expected it under notebooks/NN_topic/")
+
+
+def print_table(results: list[LessonGrade]) -> None:
+    for result in results:
+        print(f"\n{result.lesson}: {result.score:g} / {result.max_score:g} points"
+              + (f"   ({result.problem})" if result.problem else ""))
+        for e in result.exercises:
+            status = "pass" if e.passed else "FAIL"
+            print(f"  {e.grade_id:<28} {e.score:>4g} / {e.max_score:<4g} {status}  {e.message}")
+        if result.feedback:
+            print(f"  feedback report: {result.feedback}")
+    total, maximum = sum(r.score for r in results), sum(r.max_score for r in results)
+    print(f"\ntotal: {total:g} / {maximum:g} points")
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    from tqdm.auto import tqdm
+
+    parser = argparse.ArgumentParser(prog="tfcourse grade", description=__doc__.splitlines()[0])
+    parser.add_argument("notebooks", nargs="*", type=Path,
+                        help="notebooks to grade (default: every lesson in notebooks/)")
+    parser.add_argument("--course", type=Path, default=Path("."), help="the course folder (default: .)")
+    parser.add_argument("--report-dir", type=Path, default=Path("grades"),
+                        help="where HTML feedback reports go (default: grades/)")
+    parser.add_argument("--timeout", type=int, default=None, help="seconds allowed per cell (default: nbgrader_config.py)")
+    args = parser.parse_args(argv)
+    solutions, config = args.course / "solutions", args.course / "nbgrader_config.py"
+    try:
+        lessons = graded_lessons(solutions)
+        if not lessons or not config.exists():
+            raise GradingError(f"no graded lessons under {solutions} (or no {config}): run from the course folder")
+        if args.notebooks:
+            todo = [(lesson_of(p, lessons), p) for p in args.notebooks]
+        else:
+            todo = [(lesson, args.course / "notebooks" / lesson / f"{lesson}.ipynb") for lesson in lessons]
+        results = []
+        for lesson, notebook in tqdm(todo, desc="grading", unit="lesson"):
+            results.append(grade_lesson(lesson, notebook, solutions, args.report_dir, config, args.timeout))
+    except GradingError as error:
+        print(f"tfcourse grade: {error}", file=sys.stderr)
+        return 2
+    print_table(results)
+    return 0
