@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
+import os
 import re
 import subprocess
 import sys
@@ -25,7 +26,10 @@ RUN_TIMES: dict[str, float] = {}  # printed at the end of the session (conftest.
 
 
 def _nbgrader(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=ROOT, capture_output=True, text=True)
+    # nbgrader runs `alembic` as a program: the environment's bin folder must be on PATH.
+    env = {**os.environ, "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")}
+    return subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=ROOT, capture_output=True, text=True,
+                          env=env)
 
 
 def _graded(nb) -> bool:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import io
 import sys
 import types
 import warnings
@@ -47,8 +48,10 @@ def passed(message: str) -> None:
 def call_learner(what: str, fn: Callable, *args: Any, **kwargs: Any) -> Any:
     """Call the learner's `fn`; turn a crash into a CheckFailed that names `what` was being done."""
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # a library warning must never cost points
+        # nbgrader gives 0 points to a test cell that writes to stderr: a library warning, or a
+        # stray print(..., file=sys.stderr) in the learner's code, must not cost the exercise.
+        with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
+            warnings.simplefilter("ignore")
             return fn(*args, **kwargs)
     except CheckFailed:
         raise
