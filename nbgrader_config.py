@@ -1,9 +1,12 @@
 # nbgrader configuration: run nbgrader from the repository root.
 #   solutions/<lesson>/<lesson>.ipynb   the source (complete lessons with solutions and hidden tests)
 #   notebooks/<lesson>/<lesson>.ipynb   the release (student version), made by `nbgrader generate_assignment`
+import os
+
 c = get_config()  # noqa: F821 - provided by nbgrader when it loads this file
 
-c.CourseDirectory.root = "."
+# The folder of this file, so nbgrader works from here whatever the current directory.
+c.CourseDirectory.root = os.path.dirname(os.path.abspath(__file__))
 c.CourseDirectory.source_directory = "solutions"
 c.CourseDirectory.release_directory = "notebooks"
 c.CourseDirectory.submitted_directory = "submitted"

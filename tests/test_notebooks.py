@@ -141,7 +141,7 @@ class _Normalise(ast.NodeTransformer):
             node.body = self._body(node.body)
         for field in ("orelse", "finalbody"):
             statements = getattr(node, field, None)
-            if statements:
+            if isinstance(statements, list) and statements:  # (an `a if c else b` has an expression here)
                 setattr(node, field, [s for s in statements if not _is_validation_call(s)] or [ast.Pass()])
         if isinstance(node, ast.arg):
             node.annotation = None
@@ -184,3 +184,5 @@ def test_drift_check_ignores_only_docstrings_comments_annotations_and_validation
     package = 'def f(x: int) -> int:\n    """Doc."""\n    expect_tensor(x, "x")\n    return x + 1  # why\n'
     assert normalised_ast("def f(x):\n    return x + 1\n", "f") == normalised_ast(package, "f")
     assert normalised_ast("def f(x):\n    return x + 2\n", "f") != normalised_ast(package, "f")
+    conditional = "def g(x):\n    return 1 if x else 2\n"
+    assert normalised_ast(conditional, "g") != normalised_ast(conditional.replace("1 if", "3 if"), "g")

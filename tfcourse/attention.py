@@ -25,13 +25,31 @@ def _check_mask(mask: Tensor, scores_shape: torch.Size) -> None:
             f"mask must be a bool tensor (True = may attend), got dtype {mask.dtype}; "
             "build one with causal_mask() or padding_mask()"
         )
-    try:
-        torch.broadcast_shapes(mask.shape, scores_shape)
-    except RuntimeError:
+    # Broadcasting aligns shapes from the right; each mask size must be 1 or the scores' size.
+    fits = mask.dim() <= len(scores_shape) and all(
+        m in (1, s) for m, s in zip(reversed(mask.shape), reversed(scores_shape))
+    )
+    if not fits:
         raise ValueError(
             f"mask of shape {tuple(mask.shape)} does not broadcast to the attention scores "
             f"{tuple(scores_shape)} = (..., T_q, T_k); use (T_q, T_k), (B, 1, 1, T_k) or (B, 1, T_q, T_k)"
-        ) from None
+        )
+
+
+def _check_qkv(q: Tensor, k: Tensor, v: Tensor) -> None:
+    expect_tensor(q, "q", expected="(..., T_q, d_k)")
+    expect_tensor(k, "k", expected="(..., T_k, d_k)")
+    expect_tensor(v, "v", expected="(..., T_k, d_v)")
+    if q.dim() < 2 or k.dim() != q.dim() or v.dim() != q.dim():
+        raise ValueError(
+            f"q, k, v must have the same number (>= 2) of dimensions, got "
+            f"{shape_str(q)}, {shape_str(k)}, {shape_str(v)}"
+        )
+    if q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
+        raise ValueError(
+            f"expected q (..., T_q, d_k), k (..., T_k, d_k), v (..., T_k, d_v), got "
+            f"{shape_str(q)}, {shape_str(k)}, {shape_str(v)}"
+        )
 
 
 def scaled_dot_product_attention(
@@ -44,17 +62,7 @@ def scaled_dot_product_attention(
     entries has variance d_k; without the division large d_k pushes softmax into a one-hot
     corner where its gradient vanishes.
     """
-    expect_tensor(q, "q", expected="(..., T_q, d_k)")
-    if q.dim() < 2 or k.dim() != q.dim() or v.dim() != q.dim():
-        raise ValueError(
-            f"q, k, v must have the same number (>= 2) of dimensions, got "
-            f"{shape_str(q)}, {shape_str(k)}, {shape_str(v)}"
-        )
-    if q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
-        raise ValueError(
-            f"expected q (..., T_q, d_k), k (..., T_k, d_k), v (..., T_k, d_v), got "
-            f"{shape_str(q)}, {shape_str(k)}, {shape_str(v)}"
-        )
+    _check_qkv(q, k, v)
     d_k = q.shape[-1]
     scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)  # (..., T_q, T_k)
     if mask is not None:
@@ -72,15 +80,20 @@ def scaled_dot_product_attention(
     return weights @ v, weights  # (..., T_q, d_v), (..., T_q, T_k)
 
 
+def _check_causal_lengths(t_q: int, t_k: int) -> None:
+    if t_k < t_q:
+        raise ValueError(f"causal_mask needs t_k >= t_q (queries are the last t_q keys), got {t_q}, {t_k}")
+
+
 def causal_mask(t_q: int, t_k: int | None = None, device: torch.device | str | None = None) -> Tensor:
     """(T_q, T_k) bool mask: query i may attend to key j only if j is not in its future.
 
     With a key/value cache the T_q queries are the *last* T_q of T_k positions, so query i
     sits at absolute position T_k - T_q + i. The upper triangle (the future) is False.
     """
-    t_k = t_q if t_k is None else t_k
-    if t_k < t_q:
-        raise ValueError(f"causal_mask needs t_k >= t_q (queries are the last t_q keys), got {t_q}, {t_k}")
+    if t_k is None:
+        t_k = t_q  # no cache: as many keys as queries
+    _check_causal_lengths(t_q, t_k)
     return torch.ones(t_q, t_k, dtype=torch.bool, device=device).tril(diagonal=t_k - t_q)
 
 
@@ -88,6 +101,23 @@ def padding_mask(ids: Tensor, pad_id: int) -> Tensor:
     """(B, 1, 1, T) bool mask, False at padding keys, for ids (B, T). It broadcasts over heads and queries."""
     expect_tensor(ids, "ids", ndim=2, expected="(B, T)")
     return (ids != pad_id)[:, None, None, :]  # (B, 1, 1, T)
+
+
+def split_heads(x: Tensor, n_heads: int) -> Tensor:
+    """(B, T, d_model) -> (B, n_heads, T, d_head): head h owns dimensions [h*d_head, (h+1)*d_head)."""
+    expect_tensor(x, "x", ndim=3, expected="(B, T, d_model)")
+    batch, length, d_model = x.shape
+    expect_divisible(d_model, n_heads)
+    x = x.view(batch, length, n_heads, d_model // n_heads)  # (B, T, n_heads, d_head)
+    return x.transpose(1, 2)  # (B, n_heads, T, d_head)
+
+
+def merge_heads(x: Tensor) -> Tensor:
+    """(B, n_heads, T, d_head) -> (B, T, d_model): the concatenation of the heads, the inverse of split_heads."""
+    expect_tensor(x, "x", ndim=4, expected="(B, n_heads, T, d_head)")
+    batch, n_heads, length, d_head = x.shape
+    x = x.transpose(1, 2)  # (B, T, n_heads, d_head)
+    return x.reshape(batch, length, n_heads * d_head)  # (B, T, d_model); a copy, as x is not contiguous
 
 
 @dataclass
@@ -133,16 +163,12 @@ class MultiHeadAttention(nn.Module):
         self.w_o = nn.Linear(d_model, d_model, bias=bias)
 
     def split_heads(self, x: Tensor) -> Tensor:
-        """(B, T, d_model) -> (B, n_heads, T, d_head): head h owns dimensions [h*d_head, (h+1)*d_head)."""
-        batch, length, _ = x.shape
-        x = x.view(batch, length, self.n_heads, self.d_head)  # (B, T, n_heads, d_head)
-        return x.transpose(1, 2)  # (B, n_heads, T, d_head)
+        """(B, T, d_model) -> (B, n_heads, T, d_head), with this module's n_heads."""
+        return split_heads(x, self.n_heads)  # the module-level function
 
     def merge_heads(self, x: Tensor) -> Tensor:
         """(B, n_heads, T, d_head) -> (B, T, d_model): the concatenation of the heads."""
-        batch, _, length, _ = x.shape
-        x = x.transpose(1, 2)  # (B, T, n_heads, d_head)
-        return x.reshape(batch, length, self.d_model)  # (B, T, d_model)
+        return merge_heads(x)  # the module-level function
 
     def _keys_values(self, source: Tensor, cache: KVCache | None, is_cross: bool) -> tuple[Tensor, Tensor]:
         if is_cross and cache is not None and len(cache) > 0:
@@ -187,6 +213,8 @@ __all__ = [
     "scaled_dot_product_attention",
     "causal_mask",
     "padding_mask",
+    "split_heads",
+    "merge_heads",
     "KVCache",
     "MultiHeadAttention",
 ]

@@ -41,6 +41,14 @@ class TokenEmbedding(nn.Module):
         return self.weight[ids] * self.scale  # (B, T, d_model)
 
 
+def _check_table_size(max_len: int, d_model: int) -> None:
+    """A sin/cos table needs an even d_model (one sin and one cos per frequency) and a position."""
+    if d_model % 2 != 0:
+        raise ValueError(f"d_model must be even for sin/cos pairs, got {d_model}")
+    if max_len < 1:
+        raise ValueError(f"max_len must be at least 1, got {max_len}")
+
+
 def sinusoidal_positional_encoding(max_len: int, d_model: int) -> Tensor:
     """The paper's fixed encoding, shape (max_len, d_model):
 
@@ -51,10 +59,7 @@ def sinusoidal_positional_encoding(max_len: int, d_model: int) -> Tensor:
     positions (i = 0) to one turn every 10000*2*pi positions; PE[pos + k] is a rotation of PE[pos],
     which makes relative offsets easy to read off.
     """
-    if d_model % 2 != 0:
-        raise ValueError(f"d_model must be even for sin/cos pairs, got {d_model}")
-    if max_len < 1:
-        raise ValueError(f"max_len must be at least 1, got {max_len}")
+    _check_table_size(max_len, d_model)
     position = torch.arange(max_len, dtype=torch.float32).unsqueeze(1)  # (max_len, 1)
     two_i = torch.arange(0, d_model, 2, dtype=torch.float32)  # (d_model/2,) = 0, 2, 4, ...
     angle = position / (10000.0 ** (two_i / d_model))  # (max_len, d_model/2)

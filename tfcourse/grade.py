@@ -63,8 +63,8 @@ def _nbgrader(args: list[str], course: Path, timeout: int | None) -> subprocess.
 
 
 def _course_config(repo_config: Path) -> str:
-    # The repository's nbgrader_config.py, with the course rooted in the temporary folder.
-    return repo_config.read_text() + '\nc.CourseDirectory.root = "."\nc.CourseDirectory.db_url = "sqlite:///gradebook.db"\n'
+    # The repository's nbgrader_config.py; it roots the course in the folder it is in: the temporary one.
+    return repo_config.read_text() + '\nc.CourseDirectory.db_url = "sqlite:///gradebook.db"\n'
 
 
 def _message(cell: dict) -> str:

@@ -278,7 +278,7 @@ def count_pairs(word_freqs: dict[Word, int]) -> Counter[Pair]:
     """How often each adjacent pair occurs, counting every word as often as it appears."""
     counts: Counter[Pair] = Counter()
     for word, freq in word_freqs.items():
-        for pair in _pairs(word):
+        for pair in zip(word, word[1:]):  # adjacent pairs: (a, b, c) -> (a, b), (b, c)
             counts[pair] += freq
     return counts
 

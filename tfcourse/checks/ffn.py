@@ -1,15 +1,81 @@
-"""Checks for lesson 04, the position-wise feed-forward network."""
+"""Checks for lesson 04, the position-wise feed-forward network.
+
+    check_feed_forward(FeedForward)              the module: max(0, x W1 + b1) W2 + b2
+    check_load_paper_weights(load_paper_weights) paper weights (x W) into nn.Linear (W x, weight = Wᵀ)
+    check_trace_ffn(trace_ffn)                   every intermediate, the seed's worked example first
+    check_positions_affected(positions_affected) which output positions move when input t moves
+    check_collapse_linear(collapse_linear)       two linear maps without ReLU are one linear map
+"""
 
 from __future__ import annotations
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from ..ffn import PositionwiseFeedForward
-from .core import CheckFailed, call_learner, compare, expect_unchanged, learner_namespaces, off_limits, passed
+from .core import (
+    CheckFailed,
+    call_learner,
+    compare,
+    expect_unchanged,
+    learner_namespaces,
+    off_limits,
+    passed,
+    seeded,
+)
 
-# While the learner's FFN runs, the answer itself is off-limits.
+# While the learner's FFN runs, the answer itself is off-limits. (torch has no stand-alone FFN
+# module to forbid: its only one lives inside nn.TransformerEncoderLayer.)
 FFN_OFF_LIMITS = ["tfcourse.ffn.PositionwiseFeedForward"]
+
+# The seed's worked example: d_model = 2, d_ff = 3, x = (1, -2). In the paper's convention
+# (row vector times matrix) these weights give
+#   h = x W1 + b1 = (1, -2, 3),  ReLU(h) = (1, 0, 3),  FFN(x) = ReLU(h) W2 + b2 = (4, 1),  x + FFN(x) = (5, -1).
+# Row 2 of W2 is not zero, so forgetting the ReLU gives a visibly different answer, (-6, -3).
+WORKED_X = torch.tensor([1.0, -2.0])
+WORKED_W1 = torch.tensor([[2.0, 0.0, 1.0],
+                          [1.0, 1.0, -1.0]])  # (d_model, d_ff) = (2, 3)
+WORKED_B1 = torch.tensor([1.0, 0.0, 0.0])  # (d_ff,)
+WORKED_W2 = torch.tensor([[0.0, -1.0],
+                          [5.0, 2.0],
+                          [1.0, 1.0]])  # (d_ff, d_model) = (3, 2)
+WORKED_B2 = torch.tensor([1.0, -1.0])  # (d_model,)
+WORKED_STEPS = {
+    "hidden": torch.tensor([1.0, -2.0, 3.0]),
+    "activated": torch.tensor([1.0, 0.0, 3.0]),
+    "output": torch.tensor([4.0, 1.0]),
+    "residual": torch.tensor([5.0, -1.0]),
+}
+TRACE_KEYS = ("hidden", "activated", "output", "residual")
+WORKED_LABEL = "the worked example x = (1, -2)"
+
+
+def worked_example_weights() -> dict[str, Tensor]:
+    """Copies of the worked example's x and paper-convention weights (W1: (2, 3), W2: (3, 2))."""
+    return {"x": WORKED_X.clone(), "W1": WORKED_W1.clone(), "b1": WORKED_B1.clone(),
+            "W2": WORKED_W2.clone(), "b2": WORKED_B2.clone()}
+
+
+class _TwoLinear(nn.Module):
+    """A bare FFN used as test input: linear1 -> ReLU -> linear2, independent of any exercise."""
+
+    def __init__(self, d_model: int, d_ff: int):
+        super().__init__()
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.linear2 = nn.Linear(d_ff, d_model)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.linear2(torch.relu(self.linear1(x)))
+
+
+def _fmt(t: Tensor) -> str:
+    values = t.detach().flatten().tolist()
+    return "(" + ", ".join(f"{v:g}" for v in values) + ")"
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercise 1: the module
+# ----------------------------------------------------------------------------------------------
 
 
 def _build(learner_cls, d_model: int, d_ff: int | None) -> nn.Module:
@@ -28,11 +94,12 @@ def check_feed_forward(learner_cls, hidden: bool = False) -> None:
     """FFN(x) = max(0, x W1 + b1) W2 + b2 on (B, T, d_model) inputs; d_ff defaults to 4 d_model."""
     cases = [(2, 5, 8, 32), (1, 1, 4, 16)]
     if hidden:
-        cases += [(3, 7, 12, 20), (2, 3, 6, None)]  # a d_ff that is not 4 d_model; the default
+        # a d_ff that is not 4 d_model; the default d_ff; an input without a batch axis (T, d_model)
+        cases += [(3, 7, 12, 20), (2, 3, 6, None), (None, 5, 8, 24)]
     for seed, (batch, length, d_model, d_ff) in enumerate(cases):
         torch.manual_seed(seed)
         reference = PositionwiseFeedForward(d_model, d_ff).eval()
-        x = torch.randn(batch, length, d_model)
+        x = torch.randn(length, d_model) if batch is None else torch.randn(batch, length, d_model)
         with torch.no_grad():
             expected = reference(x)
             h = reference.linear1(x)
@@ -43,6 +110,8 @@ def check_feed_forward(learner_cls, hidden: bool = False) -> None:
                     reference.linear2(nn.functional.gelu(h)),
                 "the FFN output *plus* the input: the residual is added by the block, not the FFN":
                     expected + x,
+                "ReLU applied to the input x instead of to the hidden layer x W1 + b1":
+                    reference.linear2(reference.linear1(torch.relu(x))),
             }
         with off_limits(FFN_OFF_LIMITS, "feed-forward network", learner_namespaces(learner_cls)):
             module = _build(learner_cls, d_model, d_ff)
@@ -56,3 +125,232 @@ def check_feed_forward(learner_cls, hidden: bool = False) -> None:
         expect_unchanged([x_before], [x], "forward(x)")
         compare(actual, expected, f"FFN output for x of shape {tuple(x.shape)}", mistakes)
     passed(f"FeedForward matches the reference on {len(cases)} shapes" + (" (hidden cases included)" if hidden else ""))
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercise 2: the paper's weights into nn.Linear
+# ----------------------------------------------------------------------------------------------
+
+
+def _shares_memory(a: Tensor, b: Tensor) -> bool:
+    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+
+
+def check_load_paper_weights(load_fn, hidden: bool = False) -> None:
+    """load_paper_weights(ffn, W1, b1, W2, b2) sets ffn.linear1/linear2 so that ffn computes
+    max(0, x W1 + b1) W2 + b2 with W1 of shape (d_model, d_ff) and W2 of shape (d_ff, d_model)."""
+    # A square shape first: there a missing transpose or a swap shows in the values, not as a crash.
+    cases = [(4, 4), (2, 3)]
+    if hidden:
+        cases += [(5, 20), (1, 1), (6, 6)]
+    for seed, (d_model, d_ff) in enumerate(cases):
+        g = seeded(100 + seed)
+        W1, b1 = torch.randn(d_model, d_ff, generator=g), torch.randn(d_ff, generator=g)
+        W2, b2 = torch.randn(d_ff, d_model, generator=g), torch.randn(d_model, generator=g)
+        given = [W1, b1, W2, b2]
+        before = [t.clone() for t in given]
+        torch.manual_seed(seed)
+        ffn = _TwoLinear(d_model, d_ff)
+        try:
+            call_learner(f"load_paper_weights(ffn, W1, b1, W2, b2) with d_model={d_model}, d_ff={d_ff}",
+                         load_fn, ffn, W1, b1, W2, b2)
+        except CheckFailed as error:
+            if "leaf Variable" in str(error):  # autograd refused an in-place change of a parameter
+                raise CheckFailed(f"{error} — do the copies inside `with torch.no_grad():`") from None
+            raise
+        expect_unchanged(before, given, "load_paper_weights")
+        square = d_model == d_ff
+        expected = {
+            "linear1.weight": (ffn.linear1.weight, W1.t(), {
+                "W1 itself: nn.Linear stores its weight as (out_features, in_features), i.e. W1ᵀ": W1,
+                "W2ᵀ: W1 and W2 are swapped": W2.t(),
+            } if square else {}),
+            "linear1.bias": (ffn.linear1.bias, b1, {"b2: b1 and b2 are swapped": b2} if square else {}),
+            "linear2.weight": (ffn.linear2.weight, W2.t(), {
+                "W2 itself: nn.Linear stores its weight as (out_features, in_features), i.e. W2ᵀ": W2,
+                "W1ᵀ: W1 and W2 are swapped": W1.t(),
+            } if square else {}),
+            "linear2.bias": (ffn.linear2.bias, b2, {"b1: b1 and b2 are swapped": b1} if square else {}),
+        }
+        for name, (actual, want, mistakes) in expected.items():
+            where = f"ffn.{name} (d_model={d_model}, d_ff={d_ff})"
+            if not isinstance(actual, nn.Parameter):
+                raise CheckFailed(f"{where} is no longer an nn.Parameter, so it would not be trained; "
+                                  "copy values into the existing parameter instead")
+            compare(actual, want.contiguous(), where, {k: v.contiguous() for k, v in mistakes.items()})
+            if not actual.requires_grad:
+                raise CheckFailed(f"{where} no longer requires grad, so it would not be trained")
+            for given_name, tensor in zip(("W1", "b1", "W2", "b2"), given):
+                if _shares_memory(actual, tensor):
+                    raise CheckFailed(f"{where} shares memory with {given_name}: training the module would "
+                                      f"overwrite the tensor you were given; copy the values (e.g. with "
+                                      f".copy_ inside torch.no_grad())")
+    passed(f"load_paper_weights fills linear1/linear2 correctly on {len(cases)} shapes"
+           + (" (hidden cases included)" if hidden else ""))
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercise 3: every intermediate, the worked example first
+# ----------------------------------------------------------------------------------------------
+
+
+def _trace_cases(hidden: bool) -> list[tuple[str, nn.Module, Tensor]]:
+    worked = _TwoLinear(2, 3)
+    with torch.no_grad():  # nn.Linear holds W1ᵀ, W2ᵀ: (out_features, in_features)
+        worked.linear1.weight.copy_(WORKED_W1.t())
+        worked.linear1.bias.copy_(WORKED_B1)
+        worked.linear2.weight.copy_(WORKED_W2.t())
+        worked.linear2.bias.copy_(WORKED_B2)
+    cases = [(WORKED_LABEL, worked, WORKED_X.clone())]
+    shapes = [(2, 5, 8, 32), (1, 1, 4, 16)]
+    if hidden:
+        shapes += [(3, 4, 6, 10), (None, 7, 5, 20)]
+    for seed, (batch, length, d_model, d_ff) in enumerate(shapes):
+        torch.manual_seed(200 + seed)
+        ffn = _TwoLinear(d_model, d_ff)
+        x = torch.randn(length, d_model) if batch is None else torch.randn(batch, length, d_model)
+        cases.append((f"x of shape {tuple(x.shape)}", ffn, x))
+    return cases
+
+
+def check_trace_ffn(trace_fn, hidden: bool = False) -> None:
+    """trace_ffn(ffn, x) -> {"hidden": x W1 + b1, "activated": ReLU(hidden), "output": FFN(x),
+    "residual": x + FFN(x)} for any ffn with linear1 and linear2 and any x of shape (..., d_model)."""
+    cases = _trace_cases(hidden)
+    for label, ffn, x in cases:
+        with torch.no_grad():
+            h = ffn.linear1(x)
+            a = torch.relu(h)
+            out = ffn.linear2(a)
+            no_relu = ffn.linear2(h)
+        expected = {"hidden": h, "activated": a, "output": out, "residual": x + out}
+        mistakes = {
+            "hidden": {"ReLU(x W1 + b1): `hidden` is the value *before* the ReLU": a},
+            "activated": {"`hidden`: the ReLU was not applied": h},
+            "output": {"x + FFN(x): the residual belongs in `residual` only": x + out,
+                       "the FFN without ReLU: compute `output` from `activated`, not `hidden`": no_relu},
+            "residual": {"FFN(x) alone: the `+ x` of the residual connection is missing": out,
+                         "x + (FFN without ReLU)": x + no_relu},
+        }
+        x_before = x.clone()
+        with torch.no_grad():
+            result = call_learner(f"trace_ffn(ffn, x) for {label}", trace_fn, ffn, x)
+        expect_unchanged([x_before], [x], "trace_ffn")
+        if not isinstance(result, dict):
+            raise CheckFailed(f"trace_ffn must return a dict with keys {list(TRACE_KEYS)}, got {type(result).__name__}")
+        missing = [key for key in TRACE_KEYS if key not in result]
+        if missing:
+            raise CheckFailed(f"trace_ffn's dict is missing the key(s) {missing}; expected keys {list(TRACE_KEYS)}")
+        for key in TRACE_KEYS:
+            try:
+                compare(result[key], expected[key], f"`{key}` for {label}", mistakes[key])
+            except CheckFailed as error:
+                if label == WORKED_LABEL and isinstance(result[key], Tensor):  # tiny: show the numbers
+                    raise CheckFailed(f"{error} — expected {_fmt(expected[key])}, got {_fmt(result[key])}") from None
+                raise
+    passed(f"trace_ffn gives every intermediate right on {len(cases)} inputs, the worked example "
+           f"(1, -2) -> (1, -2, 3) -> (1, 0, 3) -> (4, 1) -> (5, -1) first" + (" (hidden cases included)" if hidden else ""))
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercise 4: position-wise independence
+# ----------------------------------------------------------------------------------------------
+
+
+class _CausalMean(nn.Module):
+    """Output t is the mean of inputs 0..t: position t influences t, t+1, ..., T-1 (like causal attention)."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        counts = torch.arange(1, x.shape[1] + 1, dtype=x.dtype).view(1, -1, 1)  # (1, T, 1)
+        return x.cumsum(dim=1) / counts  # (B, T, d_model)
+
+
+class _GlobalMean(nn.Module):
+    """Every output sees every input (like attention without a mask)."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x + x.mean(dim=1, keepdim=True)  # (B, T, d_model)
+
+
+class _ShiftRight(nn.Module):
+    """Output t is input t - 1: position t influences only t + 1 (nothing when t is the last)."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return torch.cat([torch.zeros_like(x[:, :1]), x[:, :-1]], dim=1)  # (B, T, d_model)
+
+
+def _affected(kind: str, length: int, t: int) -> Tensor:
+    positions = torch.arange(length)
+    return {"ffn": positions == t, "causal": positions >= t, "global": torch.ones(length, dtype=torch.bool),
+            "shift": positions == t + 1}[kind]
+
+
+def check_positions_affected(learner_fn, hidden: bool = False) -> None:
+    """positions_affected(layer, x, t) -> bool tensor (T,): True where layer's output changes when
+    the input at position t changes. x: (B, T, d_model)."""
+    cases = [("ffn", 2, 5, 8, 2), ("causal", 2, 6, 4, 1), ("global", 1, 4, 4, 3)]
+    if hidden:
+        cases += [("ffn", 1, 1, 4, 0), ("ffn", 3, 7, 6, 6), ("shift", 2, 5, 3, 1), ("shift", 2, 5, 3, 4),
+                  ("causal", 1, 8, 2, 0)]
+    names = {"ffn": "a position-wise FFN", "causal": "a causal running mean", "global": "a mean over all positions",
+             "shift": "a shift by one position"}
+    for seed, (kind, batch, length, d_model, t) in enumerate(cases):
+        torch.manual_seed(300 + seed)
+        layer = {"ffn": lambda: _TwoLinear(d_model, 4 * d_model), "causal": _CausalMean, "global": _GlobalMean,
+                 "shift": _ShiftRight}[kind]().eval()
+        x = torch.randn(batch, length, d_model)
+        expected = _affected(kind, length, t)
+        mistakes = {"the opposite: True where the output did *not* change": ~expected}
+        if kind == "ffn" and length > 1:
+            mistakes["True everywhere: did you change feature t of every position (x[..., t]) "
+                     "instead of position t (x[:, t])?"] = torch.ones(length, dtype=torch.bool)
+        label = f"{names[kind]}, x of shape {tuple(x.shape)}, t={t}"
+        x_before = x.clone()
+        with torch.no_grad():
+            actual = call_learner(f"positions_affected(layer, x, t) for {label}", learner_fn, layer, x, t)
+        expect_unchanged([x_before], [x], "positions_affected")
+        compare(actual, expected, f"positions_affected for {label}", mistakes)
+    passed(f"positions_affected finds exactly the outputs that move, on {len(cases)} layers and positions"
+           + (" (hidden cases included)" if hidden else ""))
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercise 5: without the ReLU, two linear layers are one
+# ----------------------------------------------------------------------------------------------
+
+
+def check_collapse_linear(learner_fn, hidden: bool = False) -> None:
+    """collapse_linear(linear1, linear2) -> (weight, bias) of the one nn.Linear-style map
+    x -> x @ weight.T + bias that equals linear2(linear1(x))."""
+    cases = [(4, 4, 4), (3, 8, 2)]  # square first: there a wrong order gives a wrong value, not a crash
+    if hidden:
+        cases += [(5, 20, 5), (1, 1, 1), (6, 2, 3)]
+    for seed, (d_in, d_mid, d_out) in enumerate(cases):
+        torch.manual_seed(400 + seed)
+        linear1, linear2 = nn.Linear(d_in, d_mid), nn.Linear(d_mid, d_out)
+        with torch.no_grad():
+            W1, b1, W2, b2 = (p.detach().clone() for p in (linear1.weight, linear1.bias, linear2.weight, linear2.bias))
+            weight, bias = W2 @ W1, W2 @ b1 + b2  # (d_out, d_in), (d_out,)
+        weight_mistakes = {"W1 @ W2: the order is reversed (linear1 acts first, so its matrix stands on the right)":
+                           W1 @ W2} if d_in == d_mid == d_out else {}
+        bias_mistakes = {"b2 alone: b1 also passes through linear2, so the bias is W2 b1 + b2": b2,
+                         "W2 b1 alone: linear2's own bias b2 is missing": W2 @ b1}
+        if d_mid == d_out:
+            bias_mistakes["b1 + b2: b1 must go through W2 first (W2 b1 + b2)"] = b1 + b2
+        label = f"Linear({d_in}, {d_mid}) then Linear({d_mid}, {d_out})"
+        before = [W1, b1, W2, b2]
+        result = call_learner(f"collapse_linear(linear1, linear2) for {label}", learner_fn, linear1, linear2)
+        expect_unchanged(before, [linear1.weight.detach(), linear1.bias.detach(), linear2.weight.detach(),
+                                  linear2.bias.detach()], "collapse_linear")
+        if not (isinstance(result, tuple) and len(result) == 2):
+            raise CheckFailed(f"collapse_linear must return a tuple (weight, bias), got {type(result).__name__}")
+        compare(result[0], weight, f"weight for {label}", weight_mistakes)
+        compare(result[1], bias, f"bias for {label}", bias_mistakes)
+    passed(f"collapse_linear turns two linear layers into one on {len(cases)} shapes"
+           + (" (hidden cases included)" if hidden else ""))
+
+
+__all__ = [
+    "FFN_OFF_LIMITS", "check_feed_forward", "check_load_paper_weights", "check_trace_ffn",
+    "check_positions_affected", "check_collapse_linear", "worked_example_weights",
+]

@@ -1,0 +1,568 @@
+"""Checks for lesson 03, attention: why √d_k, scaled dot-product attention, the causal and padding
+masks, splitting and merging heads, and the multi-head attention module.
+
+Every reference answer, and the answer each usual mistake would give, is computed before the
+learner's code runs; the mistakes are computed here, independently of the package.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from ..attention import (MultiHeadAttention, causal_mask, merge_heads, padding_mask, scaled_dot_product_attention,
+                         split_heads)
+from .core import CheckFailed, call_learner, compare, expect_unchanged, learner_namespaces, off_limits, passed
+
+# While a check runs, the answer for that exercise and the matching torch built-ins are off-limits.
+SDPA_OFF_LIMITS = [
+    "tfcourse.attention.scaled_dot_product_attention",
+    "torch.nn.functional.scaled_dot_product_attention",
+    "torch.nn.functional.multi_head_attention_forward",
+    "torch.nn.MultiheadAttention",
+]
+CAUSAL_MASK_OFF_LIMITS = [
+    "tfcourse.attention.causal_mask",
+    "torch.nn.Transformer.generate_square_subsequent_mask",
+]
+PADDING_MASK_OFF_LIMITS = ["tfcourse.attention.padding_mask"]
+HEADS_OFF_LIMITS = [
+    "tfcourse.attention.split_heads",
+    "tfcourse.attention.merge_heads",
+    "tfcourse.attention.MultiHeadAttention.split_heads",
+    "tfcourse.attention.MultiHeadAttention.merge_heads",
+]
+MHA_OFF_LIMITS = [
+    "tfcourse.attention.MultiHeadAttention",
+    "torch.nn.MultiheadAttention",
+    "torch.nn.functional.multi_head_attention_forward",
+    "torch.nn.functional.scaled_dot_product_attention",
+]
+
+
+def _suffix(hidden: bool) -> str:
+    return " (hidden cases included)" if hidden else ""
+
+
+def _shape(shape: Any) -> str:
+    return "(" + ", ".join(str(s) for s in shape) + ")"
+
+
+# ----------------------------------------------------------------------------------------------
+# Why √d_k: the variance of a dot product
+# ----------------------------------------------------------------------------------------------
+
+
+def _as_float(value: Any, what: str) -> float:
+    if isinstance(value, Tensor):
+        if value.numel() != 1:
+            raise CheckFailed(f"{what}: expected one number, got a tensor of shape {_shape(value.shape)}")
+        value = value.item()
+    if isinstance(value, (bool, str)) or not isinstance(value, (int, float, np.number)):
+        raise CheckFailed(f"{what}: expected a Python float, got {type(value).__name__}")
+    return float(value)
+
+
+def check_dot_product_variance(learner_fn: Callable, hidden: bool = False) -> None:
+    """The measured variance of q·k is about d_k, and about 1 after dividing by √d_k."""
+    d_ks = [4, 64, 256] + ([1, 16, 1024] if hidden else [])
+    for seed, d_k in enumerate(d_ks):
+        n_pairs = 20_000 if d_k <= 256 else 4_000
+        for scaled in (False, True):
+            what = f"dot_product_variance({d_k}, n_pairs={n_pairs}, scaled={scaled})"
+            torch.manual_seed(seed)
+            np.random.seed(seed)
+            value = _as_float(call_learner(what, learner_fn, d_k, n_pairs=n_pairs, scaled=scaled), what)
+            target = 1.0 if scaled else float(d_k)
+            if not math.isfinite(value):
+                raise CheckFailed(f"{what}: got {value}, expected a finite variance near {target:g}")
+            if value == target and d_k > 1:
+                raise CheckFailed(f"{what}: returned exactly {target:g}, the theoretical value; "
+                                  "measure it: draw random q and k and take the variance of their dot products")
+
+            def near(x: float) -> bool:
+                return abs(value - x) <= 0.15 * x
+
+            if near(target):
+                continue
+            if scaled and d_k > 1 and near(1.0 / d_k):
+                raise CheckFailed(f"{what}: got {value:.3g}, about 1/d_k: you divided by d_k instead of √d_k")
+            if scaled and d_k > 1 and near(float(d_k)):
+                raise CheckFailed(f"{what}: got {value:.3g}, about d_k: with scaled=True divide each dot "
+                                  "product by √d_k")
+            if not scaled and d_k > 1 and near(1.0):
+                raise CheckFailed(f"{what}: got {value:.3g}, about 1 instead of d_k = {d_k}: with scaled=False "
+                                  "use the raw dot products q·k (sum over all d_k products)")
+            if d_k > 1 and near(math.sqrt(target)):
+                raise CheckFailed(f"{what}: got {value:.3g}, about √{target:g}: that is the standard deviation; "
+                                  "return the variance (.var())")
+            raise CheckFailed(f"{what}: got {value:.3g}, expected about {target:g} (within 15 %)")
+    passed(f"dot_product_variance measures Var(q·k) ≈ d_k, and ≈ 1 after ÷√d_k, for d_k in {d_ks}"
+           + _suffix(hidden))
+
+
+# ----------------------------------------------------------------------------------------------
+# Scaled dot-product attention
+# ----------------------------------------------------------------------------------------------
+
+
+def _attention_variant(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, *, divide_by: str = "sqrt_d_k",
+                       dim: int = -1, mask_after_softmax: bool = False, invert_mask: bool = False,
+                       fill: float = float("-inf")) -> tuple[Tensor, Tensor]:
+    """Attention as written with one of the usual mistakes (independent of the package)."""
+    d_k = q.shape[-1]
+    divisor = {"sqrt_d_k": math.sqrt(d_k), "nothing": 1.0, "d_k": float(d_k)}[divide_by]
+    scores = q @ k.transpose(-2, -1) / divisor
+    allowed = None if mask is None else (~mask if invert_mask else mask)
+    if allowed is not None and not mask_after_softmax:
+        scores = scores.masked_fill(~allowed, fill)
+        scores = scores.masked_fill(~allowed.any(dim=-1, keepdim=True), 0.0)
+    weights = torch.softmax(scores, dim=dim)
+    if allowed is not None:
+        if mask_after_softmax:
+            weights = weights.masked_fill(~allowed, 0.0)
+        weights = weights.masked_fill(~allowed.any(dim=-1, keepdim=True), 0.0)
+    return weights @ v, weights
+
+
+def _sdpa_mistakes(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> dict[str, tuple[Tensor, Tensor]]:
+    """Description -> (output, weights) that the mistake produces."""
+    mistakes = {
+        "attention *without* the 1/√d_k scaling": _attention_variant(q, k, v, mask, divide_by="nothing"),
+        "scores divided by d_k instead of √d_k": _attention_variant(q, k, v, mask, divide_by="d_k"),
+        "softmax over the queries (dim=-2) instead of over the keys (dim=-1): each *row* of weights "
+        "must sum to 1": _attention_variant(q, k, v, mask, dim=-2),
+    }
+    if mask is not None:
+        mistakes.update({
+            "the mask applied *after* softmax: masked weights were zeroed but the rows no longer sum to 1; "
+            "set masked scores to -inf *before* softmax": _attention_variant(q, k, v, mask, mask_after_softmax=True),
+            "attention with the mask's meaning inverted: True must mean *may attend*, so fill where the "
+            "mask is False (~mask)": _attention_variant(q, k, v, mask, invert_mask=True),
+            "masked scores set to 0 instead of -inf (exp(0) = 1, so masked keys still get weight)":
+                _attention_variant(q, k, v, mask, fill=0.0),
+            "attention that ignores the mask: set the scores where the mask is False to -inf":
+                _attention_variant(q, k, v, None),
+        })
+    return mistakes
+
+
+def _sdpa_cases(hidden: bool) -> list[dict[str, Any]]:
+    """Seeded inputs: (label, q, k, v, mask, dropout_p, check gradients)."""
+    def rand(seed: int, *shapes: tuple[int, ...], dtype: torch.dtype = torch.float32) -> list[Tensor]:
+        generator = torch.Generator().manual_seed(seed)
+        return [torch.randn(shape, generator=generator, dtype=dtype) for shape in shapes]
+
+    def tril(t_q: int, t_k: int) -> Tensor:
+        return torch.ones(t_q, t_k, dtype=torch.bool).tril()
+
+    cases = []
+    q, k, v = rand(0, (2, 3, 5, 8), (2, 3, 5, 8), (2, 3, 5, 8))
+    cases.append(dict(label="self-attention, no mask, q/k/v (2, 3, 5, 8)", q=q, k=k, v=v, mask=None))
+    q, k, v = rand(1, (1, 2, 6, 4), (1, 2, 6, 4), (1, 2, 6, 4))
+    cases.append(dict(label="causal mask (6, 6)", q=q, k=k, v=v, mask=tril(6, 6)))
+    q, k, v = rand(2, (2, 2, 3, 8), (2, 2, 7, 8), (2, 2, 7, 5))
+    keep = torch.tensor([[True] * 5 + [False] * 2, [True] + [False] * 6])  # row 2 hides every key but one
+    cases.append(dict(label="cross-attention T_q=3, T_k=7, padding mask (2, 1, 1, 7)", q=q, k=k, v=v,
+                      mask=keep[:, None, None, :]))
+    q, k, v = rand(3, (1, 1, 3, 4), (1, 1, 3, 4), (1, 1, 3, 4))
+    all_hidden = torch.tensor([[True, False, False], [False, False, False], [True, True, True]])
+    cases.append(dict(label="a query whose keys are all masked", q=q, k=k, v=v, mask=all_hidden, grad=True))
+    q, k, v = rand(4, (2, 2, 5, 8), (2, 2, 5, 8), (2, 2, 5, 8))
+    cases.append(dict(label="dropout_p=0.5", q=q, k=k, v=v, mask=None, dropout_p=0.5))
+    if hidden:
+        q, k, v = rand(5, (1, 1, 1, 16), (1, 1, 1, 16), (1, 1, 1, 16))
+        cases.append(dict(label="T = 1", q=q, k=k, v=v, mask=None))
+        q, k, v = rand(6, (4, 7, 16), (4, 7, 16), (4, 7, 3))
+        generator = torch.Generator().manual_seed(6)
+        mask = torch.rand(7, 7, generator=generator) < 0.5
+        mask[:, 0] = True  # every query may attend to at least one key
+        cases.append(dict(label="3-d inputs (4, 7, 16) with a random mask", q=q, k=k, v=v, mask=mask))
+        q, k, v = rand(7, (3, 4, 6, 32), (3, 4, 6, 32), (3, 4, 6, 32), dtype=torch.float64)
+        keep = torch.tensor([[True] * 6, [True] * 4 + [False] * 2, [False] * 6])  # the last one is all padding
+        mask = tril(6, 6) & keep[:, None, None, :]  # (3, 1, 6, 6)
+        cases.append(dict(label="float64, causal & padding (3, 1, 6, 6) with a fully padded sequence",
+                          q=q, k=k, v=v, mask=mask, grad=True))
+        q, k, v = rand(8, (2, 2, 9, 256), (2, 2, 9, 256), (2, 2, 9, 256))
+        cases.append(dict(label="d_k = 256", q=q, k=k, v=v, mask=tril(9, 9)))
+    return cases
+
+
+def _unpack_pair(result: Any, what: str) -> tuple[Any, Any]:
+    if not isinstance(result, (tuple, list)) or len(result) != 2:
+        raise CheckFailed(f"{what}: return a pair (output, weights), got {type(result).__name__}")
+    return result[0], result[1]
+
+
+def _call_sdpa(learner_fn: Callable, case: dict[str, Any], q: Tensor, k: Tensor, v: Tensor) -> Any:
+    args = (q, k, v) if case["mask"] is None else (q, k, v, case["mask"])
+    call = "scaled_dot_product_attention(q, k, v" + ("" if case["mask"] is None else ", mask")
+    if case.get("dropout_p"):
+        torch.manual_seed(0)
+        return call_learner(call + f", dropout_p={case['dropout_p']})", learner_fn, *args,
+                            dropout_p=case["dropout_p"])
+    return call_learner(call + ")", learner_fn, *args)
+
+
+def _check_dropout(output: Tensor, weights: Tensor, expected_weights: Tensor, v: Tensor, p: float,
+                   what: str) -> None:
+    if not isinstance(weights, Tensor) or weights.shape != expected_weights.shape:
+        compare(weights, expected_weights, f"weights ({what})")  # names the shape problem
+    zero = weights.abs() <= 1e-7
+    kept = torch.isclose(weights, expected_weights / (1 - p), atol=1e-6, rtol=1e-4)
+    unscaled = torch.isclose(weights, expected_weights, atol=1e-6, rtol=1e-4)
+    if not zero.any():
+        raise CheckFailed(f"{what}: no attention weight was dropped; apply dropout to the weights "
+                          "(F.dropout(weights, p=dropout_p)) before multiplying by v")
+    if not (zero | kept).all():
+        if (zero | unscaled).all():
+            raise CheckFailed(f"{what}: weights were dropped but the kept ones were not scaled by 1/(1 - p); "
+                              "F.dropout does both")
+        raise CheckFailed(f"{what}: each weight must be either dropped (0) or the softmax weight × 1/(1 - p)")
+    compare(output, weights @ v, f"output ({what}): must be the dropped-out weights @ v")
+
+
+def check_scaled_dot_product_attention(learner_fn: Callable, hidden: bool = False) -> None:
+    """softmax(q kᵀ/√d_k) v with boolean masks (True = may attend), zero rows for fully masked queries."""
+    cases = _sdpa_cases(hidden)
+    for case in cases:  # every answer is computed before the learner's code runs
+        q, k, v, mask = case["q"], case["k"], case["v"], case["mask"]
+        case["expected"] = scaled_dot_product_attention(q, k, v, mask)
+        case["mistakes"] = _sdpa_mistakes(q, k, v, mask)
+    with off_limits(SDPA_OFF_LIMITS, "scaled dot-product attention", learner_namespaces(learner_fn)):
+        for case in cases:
+            q, k, v, mask, label = case["q"], case["k"], case["v"], case["mask"], case["label"]
+            inputs = [t for t in (q, k, v, mask) if t is not None]
+            before = [t.clone() for t in inputs]
+            output, weights = _unpack_pair(_call_sdpa(learner_fn, case, q, k, v), label)
+            expect_unchanged(before, inputs, f"scaled_dot_product_attention ({label})")
+            expected_output, expected_weights = case["expected"]
+            if (isinstance(output, Tensor) and isinstance(weights, Tensor)
+                    and expected_output.shape != expected_weights.shape
+                    and output.shape == expected_weights.shape and weights.shape == expected_output.shape):
+                raise CheckFailed(f"{label}: you returned (weights, output); return (output, weights)")
+            if case.get("dropout_p"):
+                _check_dropout(output, weights, expected_weights, v, case["dropout_p"], label)
+                continue
+            if mask is not None and isinstance(weights, Tensor) and weights.shape == expected_weights.shape:
+                empty = (~mask.any(dim=-1, keepdim=True)).expand_as(weights)  # queries with no allowed key
+                if empty.any() and not torch.equal(weights[empty], torch.zeros_like(weights[empty])):
+                    nan = bool(torch.isnan(weights[empty]).any())
+                    raise CheckFailed(
+                        f"{label}: a query whose keys are all masked got "
+                        + ("NaN weights (softmax of a row of -inf is 0/0)" if nan else "non-zero weights")
+                        + "; give such rows zero weights and a zero output (see the hint)")
+            swapped = {"the output: you returned (weights, output); return (output, weights)": expected_output}
+            compare(weights, expected_weights, f"weights ({label})",
+                    {**{d: w for d, (_, w) in case["mistakes"].items()}, **swapped})
+            compare(output, expected_output, f"output ({label})",
+                    {d: o for d, (o, _) in case["mistakes"].items()})
+            if case.get("grad"):
+                leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+                output, _ = _unpack_pair(_call_sdpa(learner_fn, case, *leaves), label)
+                call_learner("output.sum().backward()", lambda: output.sum().backward())
+                if not all(leaf.grad is not None and torch.isfinite(leaf.grad).all() for leaf in leaves):
+                    raise CheckFailed(
+                        f"{label}: the forward pass is right but the gradients are NaN: softmax over a row of "
+                        "-inf has a NaN gradient even if you zero its output afterwards; fill masked scores "
+                        "with masked_fill and set fully masked rows to a finite value (e.g. 0) *before* softmax")
+    passed(f"scaled_dot_product_attention matches the reference on {len(cases)} cases "
+           "(masks, fully masked rows, dropout)" + _suffix(hidden))
+
+
+# ----------------------------------------------------------------------------------------------
+# Masks
+# ----------------------------------------------------------------------------------------------
+
+
+def _expect_bool_mask(mask: Any, what: str) -> None:
+    if not isinstance(mask, Tensor):
+        raise CheckFailed(f"{what}: expected a torch.Tensor, got {type(mask).__name__}")
+    if mask.dtype != torch.bool:
+        extra = (" (a float mask of 0 and -inf is torch's *additive* convention; this course's masks are "
+                 "boolean)") if mask.is_floating_point() else ""
+        raise CheckFailed(f"{what}: expected a bool tensor (True = may attend), got dtype {mask.dtype}{extra}")
+
+
+def check_causal_mask(learner_fn: Callable, hidden: bool = False) -> None:
+    """(T_q, T_k) bool, True on and below the (shifted) diagonal: no query sees its future."""
+    sizes: list[tuple[int, int | None]] = [(4, None), (6, None), (2, 5), (1, 4), (1, None)]
+    if hidden:
+        sizes += [(3, 3), (9, None), (3, 8)]
+    cases = []
+    for t_q, t_k in sizes:
+        full_k = t_q if t_k is None else t_k
+        expected = causal_mask(t_q, t_k)
+        ones = torch.ones(t_q, full_k, dtype=torch.bool)
+        offset = full_k - t_q
+        mistakes = {
+            "a mask that is True on the future (the upper triangle): True must mean *may attend*, so the "
+            "future must be False": ~expected,
+            "a mask that blocks the diagonal: every token must be allowed to see itself":
+                ones.tril(diagonal=offset - 1),
+            "a transposed mask: you blocked the past (lower triangle) instead of the future (upper triangle)":
+                ones.triu(diagonal=offset),
+            "the square mask's pattern: for t_k > t_q the queries are the *last* t_q positions, so query i "
+            "sits at position t_k - t_q + i (shift the diagonal by t_k - t_q)": ones.tril(),
+        }
+        cases.append((t_q, t_k, expected, mistakes))
+    with off_limits(CAUSAL_MASK_OFF_LIMITS, "causal mask", learner_namespaces(learner_fn)):
+        for t_q, t_k, expected, mistakes in cases:
+            what = f"causal_mask({t_q})" if t_k is None else f"causal_mask({t_q}, {t_k})"
+            args = (t_q,) if t_k is None else (t_q, t_k)
+            mask = call_learner(what, learner_fn, *args)
+            _expect_bool_mask(mask, what)
+            compare(mask, expected, what, mistakes)
+        if hidden and torch.cuda.is_available():  # a second device to put the mask on
+            mask = call_learner("causal_mask(4, device='cuda')", learner_fn, 4, device="cuda")
+            if not isinstance(mask, Tensor) or mask.device.type != "cuda":
+                raise CheckFailed("causal_mask(4, device='cuda'): create the mask on the given device "
+                                  "(pass device=device to the tensor you build)")
+    passed(f"causal_mask matches the reference for {len(cases)} sizes, square and with a cache offset"
+           + _suffix(hidden))
+
+
+def check_padding_mask(learner_fn: Callable, hidden: bool = False) -> None:
+    """(B, 1, 1, T) bool, False at padding keys."""
+    cases = [
+        (torch.tensor([[5, 7, 2, 0, 0], [3, 4, 0, 0, 0]]), 0),
+        (torch.tensor([[9]]), 0),
+        (torch.tensor([[2, 8, 9, 2], [6, 2, 7, 1], [2, 2, 2, 2]]), 2),  # padding anywhere; an all-padding row
+    ]
+    if hidden:
+        cases += [
+            (torch.arange(1, 19).reshape(3, 6), 0),  # no padding at all
+            (torch.zeros(1, 4, dtype=torch.long), 0),  # batch of 1, nothing but padding
+            (torch.tensor([[1, 1, 1, 3, 1, 0, 0, 0]]), 1),
+        ]
+    expectations = [(ids, pad_id, padding_mask(ids, pad_id)) for ids, pad_id in cases]
+    with off_limits(PADDING_MASK_OFF_LIMITS, "padding mask", learner_namespaces(learner_fn)):
+        for ids, pad_id, expected in expectations:
+            batch, length = ids.shape
+            what = f"padding_mask(ids of shape {_shape(ids.shape)}, pad_id={pad_id})"
+            ids_before = ids.clone()
+            mask = call_learner(what, learner_fn, ids, pad_id)
+            expect_unchanged([ids_before], [ids], what)
+            _expect_bool_mask(mask, what)
+            if tuple(mask.shape) == (batch, length) and length > 1:
+                raise CheckFailed(f"{what}: got shape {_shape(mask.shape)}; add the head and query axes, "
+                                  f"(B, 1, 1, T) = {_shape(expected.shape)}, so it broadcasts over "
+                                  "(B, n_heads, T_q, T_k)")
+            if tuple(mask.shape) == (batch, 1, length, 1) and length > 1:
+                raise CheckFailed(f"{what}: got shape {_shape(mask.shape)}, which masks *queries*; padding "
+                                  f"hides *keys*, the last axis: (B, 1, 1, T) = {_shape(expected.shape)}")
+            inverted = "a mask that is True at the padding: True must mean *may attend*, so padding is False"
+            compare(mask, expected, what, {inverted: ~expected})
+    passed(f"padding_mask matches the reference on {len(cases)} batches" + _suffix(hidden))
+
+
+# ----------------------------------------------------------------------------------------------
+# Splitting and merging heads
+# ----------------------------------------------------------------------------------------------
+
+
+def check_split_merge_heads(learner_split: Callable, learner_merge: Callable, hidden: bool = False) -> None:
+    """split: (B, T, d_model) -> (B, n_heads, T, d_head); merge: the inverse (the concatenation of the heads)."""
+    shapes = [(2, 5, 8, 2), (1, 1, 4, 4), (3, 4, 12, 4)]  # the last has T == n_heads
+    if hidden:
+        shapes += [(2, 6, 12, 3), (1, 3, 16, 1), (2, 7, 64, 8)]
+    cases = []
+    for seed, (batch, length, d_model, n_heads) in enumerate(shapes):
+        generator = torch.Generator().manual_seed(seed)
+        d_head = d_model // n_heads
+        x = torch.randn(batch, length, d_model, generator=generator)
+        heads = torch.randn(batch, n_heads, length, d_head, generator=generator)
+        split_mistakes = {
+            "a reshape straight to (B, n_heads, T, d_head) without the transpose: positions and heads get "
+            "mixed; view as (B, T, n_heads, d_head), then transpose(1, 2)": x.reshape(batch, n_heads, length, d_head),
+            "(B, T, n_heads, d_head): the transpose(1, 2) is missing": x.view(batch, length, n_heads, d_head),
+            "heads that take every n_heads-th dimension (interleaved) instead of a contiguous block of d_head "
+            "dimensions": x.view(batch, length, d_head, n_heads).permute(0, 3, 1, 2),
+        }
+        merge_mistakes = {
+            "a merge by reshape without the transpose: reading (B, n_heads, T, d_head) as (B, T, d_model) "
+            "scrambles positions and heads; transpose(1, 2) first": heads.reshape(batch, length, d_model),
+            "heads interleaved dimension by dimension: concatenate whole heads (transpose(1, 2), then "
+            "reshape)": heads.permute(0, 2, 3, 1).reshape(batch, length, d_model),
+            "the heads concatenated in reverse order": merge_heads(heads.flip(1)),
+        }
+        cases.append((x, n_heads, split_heads(x, n_heads), split_mistakes, heads, merge_heads(heads), merge_mistakes))
+    namespaces = learner_namespaces(learner_split) + learner_namespaces(learner_merge)
+    with off_limits(HEADS_OFF_LIMITS, "split and merge heads", namespaces):
+        for x, n_heads, expected_split, split_mistakes, heads, expected_merge, merge_mistakes in cases:
+            batch, length, d_model = x.shape
+            d_head = d_model // n_heads
+            what = f"split_heads(x of shape {_shape(x.shape)}, n_heads={n_heads})"
+            x_before = x.clone()
+            split = call_learner(what, learner_split, x, n_heads)
+            expect_unchanged([x_before], [x], what)
+            if isinstance(split, Tensor) and tuple(split.shape) == (batch, length, n_heads, d_head) != tuple(
+                    expected_split.shape):
+                raise CheckFailed(f"{what}: got shape {_shape(split.shape)} = (B, T, n_heads, d_head); "
+                                  "transpose(1, 2) to (B, n_heads, T, d_head)")
+            compare(split, expected_split, what, split_mistakes)
+
+            what = f"merge_heads(x of shape {_shape(heads.shape)})"
+            heads_before = heads.clone()
+            merged = call_learner(what, learner_merge, heads)
+            expect_unchanged([heads_before], [heads], what)
+            if isinstance(merged, Tensor) and tuple(merged.shape) == (batch, length, d_head) and n_heads > 1:
+                raise CheckFailed(f"{what}: got shape {_shape(merged.shape)}: the heads were summed or averaged; "
+                                  f"concatenate them into d_model = n_heads × d_head = {d_model}")
+            compare(merged, expected_merge, what, merge_mistakes)
+
+            what = f"merge_heads(split_heads(x, {n_heads})) for x of shape {_shape(x.shape)}"
+            round_trip = call_learner(what, lambda: learner_merge(learner_split(x, n_heads)))
+            compare(round_trip, x, what + " should give x back")
+    passed(f"split_heads and merge_heads match the reference on {len(cases)} shapes and invert each other"
+           + _suffix(hidden))
+
+
+# ----------------------------------------------------------------------------------------------
+# Multi-head attention
+# ----------------------------------------------------------------------------------------------
+
+
+def _mha_variant(ref: MultiHeadAttention, x: Tensor, memory: Tensor | None, mask: Tensor | None, *,
+                 split: str = "ok", merge: str = "ok", w_o: bool = True, divide_by: str = "sqrt_d_head",
+                 kv_from_x: bool = False, **attention: Any) -> Tensor:
+    """Multi-head attention with the reference's weights, written with one of the usual mistakes."""
+    n, d_model = ref.n_heads, ref.d_model
+    d_head = d_model // n
+
+    def to_heads(t: Tensor) -> Tensor:  # (B, T, d_model) -> (B, n, T, d_head)
+        b, length, _ = t.shape
+        if split == "no_transpose":
+            return t.reshape(b, n, length, d_head)
+        return t.view(b, length, n, d_head).transpose(1, 2)
+
+    source = x if memory is None or kv_from_x else memory
+    q, k, v = to_heads(ref.w_q(x)), to_heads(ref.w_k(source)), to_heads(ref.w_v(source))
+    if divide_by == "sqrt_d_model":
+        q = q * math.sqrt(d_head) / math.sqrt(d_model)  # then the usual ÷√d_head makes it ÷√d_model
+    out, _ = _attention_variant(q, k, v, mask, divide_by="nothing" if divide_by == "nothing" else "sqrt_d_k",
+                                **attention)
+    b, _, length, _ = out.shape
+    if merge == "no_transpose":
+        merged = out.reshape(b, length, d_model)
+    else:
+        merged = out.transpose(1, 2).reshape(b, length, d_model)
+    return ref.w_o(merged) if w_o else merged
+
+
+def _mha_mistakes(ref: MultiHeadAttention, x: Tensor, memory: Tensor | None, mask: Tensor | None) -> dict[str, Tensor]:
+    def variant(**kwargs: Any) -> Tensor:
+        return _mha_variant(ref, x, memory, mask, **kwargs)
+
+    mistakes = {
+        "multi-head attention *without* the output projection W^O (apply self.w_o to the merged heads)":
+            variant(w_o=False),
+        "heads merged without the transpose (reshape (B, n_heads, T, d_head) -> (B, T, d_model) directly)":
+            variant(merge="no_transpose"),
+        "heads split without the transpose (reshape (B, T, d_model) -> (B, n_heads, T, d_head) directly)":
+            variant(split="no_transpose"),
+        "multi-head attention *without* the 1/√d_k scaling": variant(divide_by="nothing"),
+        "scores divided by √d_model instead of √d_head: d_k is the dimension of *one head*":
+            variant(divide_by="sqrt_d_model"),
+    }
+    if memory is not None and mask is None:  # a padding mask for memory would not fit x's length
+        mistakes["self-attention on x: in cross-attention, keys and values come from memory (the encoder "
+                 "output H), queries from x"] = variant(kv_from_x=True)
+    if mask is not None:
+        mistakes["attention with the mask's meaning inverted: True must mean *may attend*"] = variant(invert_mask=True)
+        mistakes["the mask applied *after* softmax (rows no longer sum to 1)"] = variant(mask_after_softmax=True)
+        mistakes["attention that ignores the mask: pass mask on to scaled_dot_product_attention"] = _mha_variant(
+            ref, x, memory, None)
+    return mistakes
+
+
+def _mha_cases(hidden: bool) -> list[dict[str, Any]]:
+    def causal(t: int) -> Tensor:
+        return torch.ones(t, t, dtype=torch.bool).tril()
+
+    keep = torch.tensor([[True] * 7, [True] * 4 + [False] * 3])
+    cases = [
+        dict(label="self-attention, d_model=16, n_heads=4, x (2, 5, 16)", d_model=16, n_heads=4, x=(2, 5)),
+        dict(label="masked self-attention, causal mask (6, 6), d_model=8, n_heads=2", d_model=8, n_heads=2,
+             x=(1, 6), mask=causal(6)),
+        dict(label="cross-attention, x (2, 3, 16), memory (2, 7, 16)", d_model=16, n_heads=4, x=(2, 3), memory=7),
+        dict(label="cross-attention with a padding mask (2, 1, 1, 7) for memory", d_model=16, n_heads=4, x=(2, 3),
+             memory=7, mask=keep[:, None, None, :]),
+        dict(label="B = 1, T = 1", d_model=8, n_heads=2, x=(1, 1)),
+    ]
+    if hidden:
+        keep = torch.tensor([[True] * 6, [True] * 3 + [False] * 3, [True] * 5 + [False]])
+        cases += [
+            dict(label="one head, d_model=12", d_model=12, n_heads=1, x=(2, 4)),
+            dict(label="8 heads of d_head 4, causal & padding (3, 1, 6, 6)", d_model=32, n_heads=8, x=(3, 6),
+                 mask=causal(6) & keep[:, None, None, :]),
+            dict(label="cross-attention to a memory of length 1", d_model=16, n_heads=4, x=(2, 5), memory=1),
+        ]
+    return cases
+
+
+def check_multi_head_attention(learner_cls: type, hidden: bool = False) -> None:
+    """MultiHead = Concat(head_1..h) W^O, self- and cross-attention, loaded with the reference's weights."""
+    cases = _mha_cases(hidden)
+    for seed, case in enumerate(cases):  # reference answers and mistakes first
+        torch.manual_seed(seed)
+        reference = MultiHeadAttention(case["d_model"], case["n_heads"]).eval()
+        batch, length = case["x"]
+        case["x"] = torch.randn(batch, length, case["d_model"])
+        case["memory"] = torch.randn(batch, case["memory"], case["d_model"]) if "memory" in case else None
+        case["mask"] = case.get("mask")
+        with torch.no_grad():
+            case["expected"] = reference(case["x"], case["memory"], mask=case["mask"])
+            case["mistakes"] = _mha_mistakes(reference, case["x"], case["memory"], case["mask"])
+        case["state"] = reference.state_dict()
+    expected_names = sorted(f"w_{p}.{kind}" for p in "qkvo" for kind in ("weight", "bias"))
+    with off_limits(MHA_OFF_LIMITS, "multi-head attention", learner_namespaces(learner_cls)):
+        for case in cases:
+            d_model, n_heads, x, memory, mask, label = (case[key] for key in
+                                                        ("d_model", "n_heads", "x", "memory", "mask", "label"))
+            build = f"{learner_cls.__name__}({d_model}, {n_heads})"
+            module = call_learner(build, learner_cls, d_model, n_heads)
+            if not isinstance(module, nn.Module):
+                raise CheckFailed(f"{learner_cls.__name__} must be an nn.Module subclass")
+            names = sorted(name for name, _ in module.named_parameters())
+            if names != expected_names:
+                raise CheckFailed(f"{build}: expected the parameters {expected_names} (four "
+                                  f"nn.Linear(d_model, d_model) named w_q, w_k, w_v, w_o), got {names}")
+            for name, parameter in module.named_parameters():
+                if tuple(parameter.shape) != tuple(case["state"][name].shape):
+                    raise CheckFailed(f"{build}: {name} has shape {_shape(parameter.shape)}, expected "
+                                      f"{_shape(case['state'][name].shape)}: each is nn.Linear(d_model, d_model)")
+            module.load_state_dict(case["state"], strict=False)  # extra buffers (e.g. a cached mask) are fine
+            module.eval()
+            inputs = [t for t in (x, memory, mask) if t is not None]
+            before = [t.clone() for t in inputs]
+            args = (x,) if memory is None else (x, memory)
+            call = "forward(x" + ("" if memory is None else ", memory") + ("" if mask is None else ", mask=mask") + ")"
+            with torch.no_grad():
+                output = call_learner(f"{call} ({label})", module, *args, mask=mask)
+            expect_unchanged(before, inputs, call)
+            if isinstance(output, (tuple, list)):
+                raise CheckFailed(f"{call} ({label}): return only the output tensor (B, T_q, d_model), "
+                                  f"got a {type(output).__name__}")
+            if (memory is not None and isinstance(output, Tensor) and memory.shape[1] != x.shape[1]
+                    and tuple(output.shape) == tuple(memory.shape)):
+                raise CheckFailed(f"{call} ({label}): your output has one row per *memory* position; queries "
+                                  "come from x (the decoder), keys and values from memory")
+            compare(output, case["expected"], f"{call} ({label})", case["mistakes"])
+    passed(f"MultiHeadAttention matches the reference on {len(cases)} cases (self, masked, cross)"
+           + _suffix(hidden))
+
+
+__all__ = [
+    "check_dot_product_variance",
+    "check_scaled_dot_product_attention",
+    "check_causal_mask",
+    "check_padding_mask",
+    "check_split_merge_heads",
+    "check_multi_head_attention",
+]

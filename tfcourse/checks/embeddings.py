@@ -1,0 +1,548 @@
+"""Checks for lesson 02, embeddings and positional encoding.
+
+    check_one_hot_lookup        one_hot(ids) @ table, without indexing the table
+    check_token_embedding       a lookup table initialised with std 1/sqrt(d_model), output x sqrt(d_model)
+    check_permutation_test      a function that tells whether a layer ignores word order
+    check_positional_encoding   the paper's sin/cos table (max_len, d_model)
+    check_learned_positions     one trained vector per position, added to x, limited to max_len
+    check_input_layer           X = dropout(TokenEmbedding(ids) * sqrt(d_model) + PE[offset : offset + T])
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+
+import torch
+from torch import Tensor, nn
+
+from ..attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
+from ..embedding import InputEmbedding, LearnedPositionalEmbedding, TokenEmbedding, sinusoidal_positional_encoding
+from ..ffn import PositionwiseFeedForward
+from .core import (CheckFailed, OffLimitsError, call_learner, compare, expect_unchanged, learner_namespaces,
+                   off_limits, passed, seeded)
+
+# What each exercise may not call while its check runs.
+LOOKUP_OFF_LIMITS = ["torch.nn.functional.embedding", "torch.nn.Embedding", "tfcourse.embedding.TokenEmbedding"]
+TOKEN_EMBEDDING_OFF_LIMITS = LOOKUP_OFF_LIMITS + ["tfcourse.embedding.InputEmbedding"]
+PE_OFF_LIMITS = [
+    "tfcourse.embedding.sinusoidal_positional_encoding",
+    "tfcourse.embedding.SinusoidalPositionalEncoding",
+    "tfcourse.embedding.InputEmbedding",
+]
+LEARNED_OFF_LIMITS = [
+    "tfcourse.embedding.LearnedPositionalEmbedding",
+    "tfcourse.embedding.InputEmbedding",
+    "torch.nn.Embedding",
+    "torch.nn.functional.embedding",
+]
+# The input layer is built from parts: the learner's own (or the package's TokenEmbedding and
+# sinusoidal_positional_encoding); the assembled answers are off-limits.
+INPUT_LAYER_OFF_LIMITS = [
+    "tfcourse.embedding.InputEmbedding",
+    "tfcourse.embedding.SinusoidalPositionalEncoding",
+    "tfcourse.embedding.LearnedPositionalEmbedding",
+]
+
+
+def _one_thread(check: Callable) -> Callable:
+    """Run a check on one CPU thread: its tensors are tiny, and on a busy machine waking a thread pool for
+    each small op costs far more than the op (a check took seconds instead of a tenth of one)."""
+
+    @functools.wraps(check)
+    def run(*args, **kwargs):
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            return check(*args, **kwargs)
+        finally:
+            torch.set_num_threads(threads)
+
+    return run
+
+
+def _suffix(hidden: bool) -> str:
+    return " (hidden cases included)" if hidden else ""
+
+
+def _module(learner_cls, args: tuple, what: str) -> nn.Module:
+    module = call_learner(f"{learner_cls.__name__}{args}", learner_cls, *args)
+    if not isinstance(module, nn.Module):
+        raise CheckFailed(f"{learner_cls.__name__} must be an nn.Module subclass ({what})")
+    return module
+
+
+def _init_std(weight: Tensor, expected: float, what: str, named: dict[str, float]) -> None:
+    """The initial table's spread: its std should be `expected` (within 15 %)."""
+    std = weight.detach().float().std().item()
+    if abs(std / expected - 1) < 0.15:
+        return
+    for description, value in named.items():
+        if abs(std / value - 1) < 0.15:
+            raise CheckFailed(f"{what} starts with std {std:.3g}: {description}")
+    raise CheckFailed(f"{what} starts with std {std:.3g}, expected {expected:.3g}")
+
+
+# ----------------------------------------------------------------------------------------------
+# 1. Embedding lookup as a one-hot matrix product
+# ----------------------------------------------------------------------------------------------
+
+@functools.cache
+def _indexing_ops() -> frozenset:
+    ops = {torch.Tensor.__getitem__, torch.embedding, torch.nn.functional.embedding}
+    for name in ("index_select", "gather", "take", "take_along_dim", "select", "narrow", "unbind",
+                 "embedding_bag", "index_put"):
+        for owner in (torch, torch.Tensor):
+            if hasattr(owner, name):
+                ops.add(getattr(owner, name))
+    return frozenset(ops)
+
+
+class _WatchedTable(Tensor):
+    """The table handed to the learner: any operation that picks rows out of it is refused."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if func in _indexing_ops():
+            raise OffLimitsError(
+                "picking rows of the table directly (table[ids], index_select, gather, ...) is off-limits in this "
+                "exercise (one-hot lookup): build the one-hot matrix and multiply it by the table"
+            )
+        with torch._C.DisableTorchFunctionSubclass():  # results are plain tensors again
+            return func(*args, **(kwargs or {}))
+
+
+@_one_thread
+def check_one_hot_lookup(learner_fn: Callable, hidden: bool = False) -> None:
+    """lookup(ids, table) = one_hot(ids, V) @ table, which equals table[ids], for ids of any shape."""
+    cases = [((2, 4), 5, 3), ((1, 1), 7, 4)]  # (ids shape, vocab_size, d_model)
+    if hidden:
+        cases += [((3, 6), 10, 6), ((5,), 4, 2), ((1, 3), 1, 2)]  # repeats and both ends; 1-D ids; V = 1
+    for seed, (shape, vocab_size, d_model) in enumerate(cases):
+        generator = seeded(seed)
+        table = torch.randn(vocab_size, d_model, generator=generator)
+        ids = torch.randint(0, vocab_size, shape, generator=generator)
+        ids.view(-1)[0] = vocab_size - 1  # the last row must be reachable too
+        expected = table[ids]  # (*ids.shape, d_model)
+        ids_before, table_before = ids.clone(), table.clone()
+        with off_limits(LOOKUP_OFF_LIMITS, "one-hot lookup", learner_namespaces(learner_fn)):
+            try:
+                actual = call_learner(f"lookup(ids of shape {shape}, table of shape {(vocab_size, d_model)})",
+                                      learner_fn, ids, table.as_subclass(_WatchedTable))
+            except CheckFailed as error:
+                if "dtype" in str(error) and not isinstance(error, OffLimitsError):  # integer one-hot @ float table
+                    raise CheckFailed(f"{error} — F.one_hot gives integers: convert with .to(table.dtype) "
+                                      f"before the product") from None
+                raise
+        expect_unchanged([ids_before, table_before], [ids, table], "lookup(ids, table)")
+        what = f"lookup for ids of shape {shape} and a ({vocab_size}, {d_model}) table"
+        if isinstance(actual, Tensor):
+            actual = actual.as_subclass(Tensor)
+            if actual.shape == (*shape, vocab_size) and vocab_size != d_model:
+                raise CheckFailed(f"{what}: you returned the one-hot matrix itself (last axis vocab_size="
+                                  f"{vocab_size}); multiply it by the table to get (..., d_model={d_model})")
+        compare(actual, expected, what, atol=1e-6, rtol=1e-5)
+    passed(f"one-hot lookup equals table[ids] on {len(cases)} cases" + _suffix(hidden))
+
+
+# ----------------------------------------------------------------------------------------------
+# 2. Token embedding with the x sqrt(d_model) scaling
+# ----------------------------------------------------------------------------------------------
+
+@_one_thread
+def check_token_embedding(learner_cls, hidden: bool = False) -> None:
+    """ScaledTokenEmbedding(vocab_size, d_model): `weight` (V, d_model) with std 1/sqrt(d_model); forward
+    returns weight[ids] * sqrt(d_model) and lets the gradient reach `weight`."""
+    init_cases = [(1000, 64)] + ([(1500, 16)] if hidden else [])
+    cases = [((2, 5), 11, 8), ((1, 1), 3, 4)]  # (ids shape, vocab_size, d_model)
+    if hidden:
+        cases += [((3, 7), 20, 6), ((1, 9), 2, 32)]  # an odd d_model; a tiny vocabulary, many repeats
+    namespaces = learner_namespaces(learner_cls)
+
+    for seed, (vocab_size, d_model) in enumerate(init_cases):
+        torch.manual_seed(seed)
+        with off_limits(TOKEN_EMBEDDING_OFF_LIMITS, "scaled token embedding", namespaces):
+            module = _module(learner_cls, (vocab_size, d_model), "a lookup table with a `weight` parameter")
+        names = [name for name, _ in module.named_parameters()]
+        if names != ["weight"]:
+            raise CheckFailed(f"expected exactly one parameter named `weight` (the table, an nn.Parameter), "
+                              f"got {names}")
+        if tuple(module.weight.shape) != (vocab_size, d_model):
+            raise CheckFailed(f"weight should have shape (vocab_size, d_model) = {(vocab_size, d_model)}, "
+                              f"got {tuple(module.weight.shape)}")
+        root = math.sqrt(d_model)
+        _init_std(module.weight, 1 / root, "the table", {
+            "that is std 1 (plain torch.randn); multiply by 1/sqrt(d_model) so that entries reach about 1 only "
+            "after the x sqrt(d_model) in forward": 1.0,
+            "that is GPT-2's 0.02 (GPT-2 does not scale); here the table starts at std 1/sqrt(d_model)":
+                0.02,
+        })
+
+    for seed, (shape, vocab_size, d_model) in enumerate(cases):
+        torch.manual_seed(100 + seed)
+        reference = TokenEmbedding(vocab_size, d_model)
+        ids = torch.randint(0, vocab_size, shape, generator=seeded(seed))
+        ids.view(-1)[0] = vocab_size - 1
+        root = math.sqrt(d_model)
+        with torch.no_grad():
+            expected = reference(ids)
+            raw = reference.weight[ids]
+            mistakes = {
+                "the lookup *without* the x sqrt(d_model) scaling": raw,
+                "the lookup *divided* by sqrt(d_model) instead of multiplied": raw / root,
+                "the lookup multiplied by d_model instead of sqrt(d_model)": raw * d_model,
+            }
+        counts = torch.bincount(ids.view(-1), minlength=vocab_size).float()  # how often each row was used
+        expected_grad = counts[:, None].expand(vocab_size, d_model) * root  # d(sum of outputs)/d(weight)
+        ids_before = ids.clone()
+        with off_limits(TOKEN_EMBEDDING_OFF_LIMITS, "scaled token embedding", namespaces):
+            module = _module(learner_cls, (vocab_size, d_model), "a lookup table with a `weight` parameter")
+            if not isinstance(getattr(module, "weight", None), nn.Parameter):
+                raise CheckFailed("the table must be an nn.Parameter named `weight` so that it is trained")
+            with torch.no_grad():
+                module.weight.copy_(reference.weight)
+            actual = call_learner(f"forward(ids of shape {shape})", module, ids)
+            if isinstance(actual, Tensor) and actual.requires_grad:
+                call_learner("backward through your output", lambda: actual.sum().backward())
+        expect_unchanged([ids_before], [ids], "forward(ids)")
+        compare(actual, expected, f"token embedding of ids of shape {shape} (d_model={d_model})", mistakes)
+        if module.weight.grad is None:
+            raise CheckFailed("no gradient reached `weight`: use the parameter itself in forward "
+                              "(not weight.data, a detached copy, or torch.no_grad())")
+        compare(module.weight.grad, expected_grad, "the gradient reaching `weight`")
+    passed(f"ScaledTokenEmbedding: init std 1/sqrt(d_model), output x sqrt(d_model), gradient OK on "
+           f"{len(cases)} cases" + _suffix(hidden))
+
+
+# ----------------------------------------------------------------------------------------------
+# 3. Attention without positions ignores word order
+# ----------------------------------------------------------------------------------------------
+
+def _bare_attention(x: Tensor) -> Tensor:
+    return scaled_dot_product_attention(x, x, x)[0]  # Q = K = V = x, no weights
+
+
+class _AttentionAfterPE(nn.Module):
+    """Attention on x + PE: the positions make order matter."""
+
+    def __init__(self, d_model: int):
+        super().__init__()
+        self.attn = MultiHeadAttention(d_model, 2)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.attn(x + sinusoidal_positional_encoding(x.shape[1], x.shape[2]))
+
+
+def _layers(d_model: int) -> list[tuple[str, Callable]]:
+    """(description, layer): the first three ignore order, the last three do not."""
+    return [
+        ("attention without positional encoding (Q = K = V = x)", _bare_attention),
+        ("multi-head attention without positional encoding", MultiHeadAttention(d_model, 2).eval()),
+        ("the position-wise feed-forward network", PositionwiseFeedForward(d_model).eval()),
+        ("multi-head attention *after adding* positional encoding", _AttentionAfterPE(d_model).eval()),
+        ("causal attention (position t sees only 0..t)",
+         lambda x: scaled_dot_product_attention(x, x, x, causal_mask(x.shape[1]))[0]),
+        ("a running mean over positions", lambda x: x.cumsum(1) / torch.arange(1, x.shape[1] + 1)[:, None]),
+    ]
+
+
+def _as_bool(result, what: str) -> bool:
+    if isinstance(result, Tensor) and result.numel() == 1 and result.dtype == torch.bool:
+        return bool(result)
+    if isinstance(result, bool):
+        return result
+    raise CheckFailed(f"{what}: return True or False, got {type(result).__name__} {result!r:.60}")
+
+
+@_one_thread
+def check_permutation_test(learner_fn: Callable, hidden: bool = False) -> None:
+    """is_permutation_equivariant(layer, x, perm) -> True iff layer(x[:, perm]) == layer(x)[:, perm]."""
+    cases = [(2, 3, 8, [2, 1, 0]), (1, 3, 8, [1, 2, 0])]  # (B, T, d_model, perm): 猫追狗 -> 狗追猫; a rotation
+    if hidden:
+        cases += [(3, 6, 16, [4, 0, 5, 1, 3, 2]), (1, 1, 4, [0]), (2, 4, 8, [0, 1, 2, 3])]
+    for seed, (batch, length, d_model, perm) in enumerate(cases):
+        torch.manual_seed(seed)
+        x = torch.randn(batch, length, d_model)
+        for description, layer in _layers(d_model):
+            with torch.no_grad():
+                permuted_first, permuted_after = layer(x[:, perm]), layer(x)[:, perm]  # (B, T, d_model) each
+            # The truth, measured (with the identity permutation or T = 1 every layer is equivariant).
+            equivariant = torch.allclose(permuted_first, permuted_after, atol=1e-5, rtol=1e-4)
+            x_before = x.clone()
+            with torch.no_grad():
+                answer = call_learner(f"is_permutation_equivariant({description}, x, perm={perm})",
+                                      learner_fn, layer, x, perm)
+            expect_unchanged([x_before], [x], "is_permutation_equivariant(layer, x, perm)")
+            what = f"for {description}, x of shape {(batch, length, d_model)} and perm={perm}"
+            answer = _as_bool(answer, what)
+            if answer and not equivariant:
+                gap = (permuted_first - permuted_after).abs().max().item()
+                raise CheckFailed(f"{what} you said True, but layer(x[:, perm]) differs from layer(x)[:, perm] by up "
+                                  f"to {gap:.3g}: compare those two tensors, with a tight tolerance")
+            if not answer and equivariant:
+                hints = ["permute the output back with the same perm: compare layer(x[:, perm]) with layer(x)[:, perm]"]
+                if perm != sorted(perm) and [perm[p] for p in perm] != sorted(perm):
+                    hints.append("index with perm itself, not its inverse (argsort)")
+                if not torch.equal(permuted_first, permuted_after):
+                    hints.append("compare with a tolerance (torch.allclose): sums taken in another order differ "
+                                 "in the last bits")
+                raise CheckFailed(f"{what} you said False, but layer(x[:, perm]) equals layer(x)[:, perm]; "
+                                  + "; ".join(hints))
+    passed(f"is_permutation_equivariant is right about {len(_layers(8))} layers on {len(cases)} inputs"
+           + _suffix(hidden))
+
+
+# ----------------------------------------------------------------------------------------------
+# 4. The sinusoidal positional encoding
+# ----------------------------------------------------------------------------------------------
+
+def _sinusoid_variant(max_len: int, d_model: int, *, base: float = 10000.0, start: int = 0,
+                      exponent: str = "2i", swap: bool = False, halves: bool = False) -> Tensor:
+    """The table as the usual mistakes compute it (the defaults give the right one)."""
+    position = torch.arange(start, start + max_len, dtype=torch.float32)[:, None]  # (max_len, 1)
+    pair = torch.arange(d_model // 2, dtype=torch.float32)  # i = 0, 1, ..., d_model/2 - 1
+    column = torch.arange(d_model, dtype=torch.float32)  # the dimension index of every column
+    if exponent == "column":  # each column uses its own index: 2i for sin, 2i+1 for cos
+        angle = position / base ** (column / d_model)  # (max_len, d_model)
+        first, second = angle[:, 0::2], angle[:, 1::2]
+    else:
+        power = {"2i": 2 * pair, "i": pair, "2 x column": 2 * column[0::2]}[exponent]
+        first = second = position / base ** (power / d_model)  # (max_len, d_model/2)
+    sin, cos = torch.sin(first), torch.cos(second)
+    if swap:
+        sin, cos = torch.cos(first), torch.sin(second)
+    pe = torch.cat([sin, cos], dim=1) if halves else torch.stack([sin, cos], dim=2).reshape(max_len, d_model)
+    return pe
+
+
+def pe_mistakes(max_len: int, d_model: int) -> dict[str, Tensor]:
+    """The usual wrong sin/cos tables, by description."""
+    right = _sinusoid_variant(max_len, d_model)
+    return {
+        "the table with sin and cos swapped (sin belongs in the even dimensions 2i, cos in the odd 2i+1)":
+            _sinusoid_variant(max_len, d_model, swap=True),
+        "the table with exponent i/d_model instead of 2i/d_model (i counts the sin/cos *pairs*; "
+        "the exponent uses 2i, the even dimension index)": _sinusoid_variant(max_len, d_model, exponent="i"),
+        "a table where each column uses its own index in the exponent (the cos in column 2i+1 must share "
+        "the frequency of the sin in column 2i)": _sinusoid_variant(max_len, d_model, exponent="column"),
+        "a table with exponent 2j/d_model where j is the column index (the even column 2i already *is* 2i)":
+            _sinusoid_variant(max_len, d_model, exponent="2 x column"),
+        "the table multiplied by sqrt(d_model) (only the token embedding is scaled, never the PE)":
+            right * math.sqrt(d_model),
+        "the table for positions 1..max_len (positions start at 0)": _sinusoid_variant(max_len, d_model, start=1),
+        "the table with base 1000 instead of 10000": _sinusoid_variant(max_len, d_model, base=1000.0),
+        "all sines in the first half and all cosines in the second (the paper interleaves them: "
+        "sin in even, cos in odd dimensions)": _sinusoid_variant(max_len, d_model, halves=True),
+    }
+
+
+@_one_thread
+def check_positional_encoding(learner_fn: Callable, hidden: bool = False) -> None:
+    """sinusoidal_positional_encoding(max_len, d_model) -> (max_len, d_model) float32, the paper's table."""
+    cases = [(10, 4), (50, 16), (1, 2)]
+    if hidden:
+        cases += [(100, 512), (7, 6), (1, 8), (3, 2), (1024, 32)]
+    for max_len, d_model in cases:
+        expected = sinusoidal_positional_encoding(max_len, d_model)
+        mistakes = pe_mistakes(max_len, d_model)
+        with off_limits(PE_OFF_LIMITS, "sinusoidal positional encoding", learner_namespaces(learner_fn)):
+            actual = call_learner(f"sinusoidal_positional_encoding({max_len}, {d_model})", learner_fn, max_len, d_model)
+        # Angles up to max_len radians: float32 rounding of the angle moves sin/cos by ~1e-7 * max_len.
+        compare(actual, expected, f"sinusoidal_positional_encoding({max_len}, {d_model})", mistakes,
+                atol=1e-4 + 1e-7 * max_len, rtol=1e-4)
+    passed(f"sinusoidal_positional_encoding matches the paper's table on {len(cases)} sizes" + _suffix(hidden))
+
+
+# ----------------------------------------------------------------------------------------------
+# 5. Learned positional embeddings
+# ----------------------------------------------------------------------------------------------
+
+def _expect_value_error(fn: Callable, what: str, hint: str) -> None:
+    try:
+        result = fn()
+    except ValueError:
+        return
+    except NotImplementedError:
+        raise CheckFailed(f"{what}: not implemented yet — replace `raise NotImplementedError()` "
+                          f"with your code") from None
+    except Exception as error:  # noqa: BLE001 - any other error becomes one clear line
+        raise CheckFailed(f"{what}: expected a ValueError {hint}, got {type(error).__name__}: {error}") from None
+    shape = tuple(result.shape) if isinstance(result, Tensor) else type(result).__name__
+    raise CheckFailed(f"{what}: returned {shape} instead of raising a ValueError {hint}")
+
+
+@_one_thread
+def check_learned_positions(learner_cls, hidden: bool = False) -> None:
+    """LearnedPositionalEmbedding(d_model, max_len): `weight` (max_len, d_model), std 0.02;
+    forward(x, offset=0) = x + weight[offset : offset + T]; a ValueError past max_len."""
+    namespaces = learner_namespaces(learner_cls)
+    init_cases = [(512, 64)] + ([(300, 8)] if hidden else [])  # (max_len, d_model)
+    for seed, (max_len, d_model) in enumerate(init_cases):
+        torch.manual_seed(seed)
+        with off_limits(LEARNED_OFF_LIMITS, "learned positional embedding", namespaces):
+            module = _module(learner_cls, (d_model, max_len), "one trainable vector per position")
+        names = [name for name, _ in module.named_parameters()]
+        if names != ["weight"]:
+            raise CheckFailed(f"expected exactly one parameter named `weight` (an nn.Parameter with one row per "
+                              f"position), got {names}")
+        if tuple(module.weight.shape) != (max_len, d_model):
+            raise CheckFailed(f"weight should have shape (max_len, d_model) = {(max_len, d_model)}, "
+                              f"got {tuple(module.weight.shape)}")
+        _init_std(module.weight, 0.02, "the position table", {
+            "that is std 1 (plain torch.randn); learned positions start small, at std 0.02": 1.0,
+        })
+
+    cases = [(2, 5, 8, 16, 0), (2, 5, 8, 16, 3), (1, 1, 4, 6, 5)]  # (B, T, d_model, max_len, offset)
+    if hidden:
+        cases += [(3, 16, 8, 16, 0), (1, 2, 6, 9, 7), (4, 1, 2, 1, 0)]  # T = max_len; the last two; max_len 1
+    for seed, (batch, length, d_model, max_len, offset) in enumerate(cases):
+        torch.manual_seed(10 + seed)
+        reference = LearnedPositionalEmbedding(d_model, max_len)
+        x = torch.randn(batch, length, d_model)
+        with torch.no_grad():
+            expected = reference(x, offset)
+            rows = reference.weight[offset: offset + length]  # (T, d_model)
+            mistakes = {"the position vectors alone: add them to x": rows.expand_as(x).clone(),
+                        "x unchanged: nothing was added": x.clone()}
+            if offset:
+                mistakes["x + weight[:T]: the offset was ignored"] = reference(x, 0)
+        expected_grad = torch.zeros(max_len, d_model)
+        expected_grad[offset: offset + length] = batch  # each used row receives the sum over the batch
+        x_before = x.clone()
+        with off_limits(LEARNED_OFF_LIMITS, "learned positional embedding", namespaces):
+            module = _module(learner_cls, (d_model, max_len), "one trainable vector per position")
+            if not isinstance(getattr(module, "weight", None), nn.Parameter):
+                raise CheckFailed("the position table must be an nn.Parameter named `weight` so that it is trained")
+            with torch.no_grad():
+                module.weight.copy_(reference.weight)
+            actual = call_learner(f"forward(x of shape {tuple(x.shape)}, offset={offset})", module, x, offset)
+            if isinstance(actual, Tensor) and actual.requires_grad:
+                call_learner("backward through your output", lambda: actual.sum().backward())
+        expect_unchanged([x_before], [x], "forward(x, offset)")
+        compare(actual, expected, f"learned positions for x of shape {tuple(x.shape)}, offset={offset}, "
+                                  f"max_len={max_len}", mistakes)
+        if module.weight.grad is None:
+            raise CheckFailed("no gradient reached `weight`: add the parameter itself (not weight.data or a copy)")
+        compare(module.weight.grad, expected_grad, "the gradient reaching `weight` (only rows offset..offset+T-1)")
+
+        # Past max_len there is no vector to add: that must be an error, not a silently shorter slice.
+        too_far = max_len - length + 1
+        with off_limits(LEARNED_OFF_LIMITS, "learned positional embedding", namespaces):
+            _expect_value_error(lambda: module(x, too_far),
+                                f"forward(x with T={length}, offset={too_far}) with max_len={max_len}",
+                                "(offset + T > max_len: there is no learned vector for those positions)")
+    passed(f"LearnedPositionalEmbedding: std 0.02 init, x + weight[offset:offset+T], gradient, max_len limit on "
+           f"{len(cases)} cases" + _suffix(hidden))
+
+
+# ----------------------------------------------------------------------------------------------
+# 6. The input layer: X = dropout(Embedding(ids) * sqrt(d_model) + PE)
+# ----------------------------------------------------------------------------------------------
+
+def _input_layer(learner_cls, vocab_size, d_model, max_len, dropout, namespaces) -> nn.Module:
+    args = (vocab_size, d_model, max_len, dropout)
+    with off_limits(INPUT_LAYER_OFF_LIMITS, "input layer", namespaces):
+        module = _module(learner_cls, args, "token embedding + positional encoding + dropout")
+    buffers = dict(module.named_buffers())
+    parameters = [name for name, _ in module.named_parameters()]
+    if "pe" in parameters:
+        raise CheckFailed("`pe` is an nn.Parameter: the sinusoidal table is fixed, register it with "
+                          "self.register_buffer('pe', ...) (moved by .to(device), never trained)")
+    if "pe" not in buffers:
+        raise CheckFailed(f"expected a buffer named `pe` (self.register_buffer('pe', table)), found buffers "
+                          f"{sorted(buffers)}")
+    if parameters != ["token.weight"]:
+        raise CheckFailed(f"expected one parameter, the token table `token.weight` (self.token = your "
+                          f"ScaledTokenEmbedding), got {parameters}")
+    if not isinstance(getattr(module, "dropout", None), nn.Dropout):
+        raise CheckFailed("expected self.dropout = nn.Dropout(dropout): it drops only in training mode")
+    return module
+
+
+@_one_thread
+def check_input_layer(learner_cls, hidden: bool = False) -> None:
+    """InputLayer(vocab_size, d_model, max_len, dropout): forward(ids, offset=0) =
+    dropout(token(ids) + pe[offset : offset + T]); `pe` a buffer; a ValueError past max_len."""
+    namespaces = learner_namespaces(learner_cls)
+    cases = [((2, 5), 13, 8, 16, 0), ((2, 5), 13, 8, 16, 4), ((1, 1), 5, 4, 3, 1)]  # ids, V, d, max_len, offset
+    if hidden:
+        cases += [((3, 10), 7, 16, 12, 2), ((1, 6), 30, 6, 6, 0), ((2, 1), 4, 2, 8, 7)]
+    for seed, (shape, vocab_size, d_model, max_len, offset) in enumerate(cases):
+        length, root = shape[1], math.sqrt(d_model)
+        torch.manual_seed(20 + seed)
+        reference = InputEmbedding(vocab_size, d_model, max_len, dropout=0.0).eval()
+        ids = torch.randint(0, vocab_size, shape, generator=seeded(seed))
+        pe = sinusoidal_positional_encoding(max_len + 1, d_model)  # one extra row for the "starts at 1" mistake
+        with torch.no_grad():
+            expected = reference(ids, offset)  # (B, T, d_model)
+            raw = reference.token.weight[ids]  # (B, T, d_model), unscaled
+            rows = pe[offset: offset + length]  # (T, d_model)
+            mistakes = {
+                "the token embedding *without* x sqrt(d_model), plus PE": raw + rows,
+                "(embedding + PE) x sqrt(d_model): only the token embedding is scaled, not the PE":
+                    (raw + rows) * root,
+                "the token embedding alone: the positional encoding was not added": raw * root,
+                "embedding + PE for positions offset+1..offset+T (positions start at 0)":
+                    raw * root + pe[offset + 1: offset + length + 1],
+            }
+            if offset:
+                mistakes["embedding + PE[:T]: the offset was ignored (ids[:, 0] sits at position offset)"] = \
+                    raw * root + pe[:length]
+        wrong_tables = pe_mistakes(max_len, d_model)
+
+        module = _input_layer(learner_cls, vocab_size, d_model, max_len, 0.0, namespaces)
+        compare(module.pe, pe[:max_len], f"self.pe (the sinusoidal table, max_len={max_len}, d_model={d_model})",
+                wrong_tables, atol=1e-4, rtol=1e-4)
+        with torch.no_grad():
+            module.token.weight.copy_(reference.token.weight)
+        module.eval()
+        ids_before = ids.clone()
+        what = f"forward(ids of shape {shape}, offset={offset}) with d_model={d_model}"
+        with off_limits(INPUT_LAYER_OFF_LIMITS, "input layer", namespaces), torch.no_grad():
+            actual = call_learner(what, module, ids, offset)
+        expect_unchanged([ids_before], [ids], "forward(ids, offset)")
+        if isinstance(actual, Tensor) and actual.dim() == 3 and actual.shape[-1] == 2 * d_model:
+            raise CheckFailed(f"{what}: expected shape {tuple(expected.shape)}, got {tuple(actual.shape)} — PE was "
+                              f"concatenated instead of added; X = Embedding + PE keeps d_model features")
+        if isinstance(actual, Tensor) and actual.dim() == 3 and actual.shape[1] == 2 * length:
+            raise CheckFailed(f"{what}: expected shape {tuple(expected.shape)}, got {tuple(actual.shape)} — PE was "
+                              f"concatenated along positions; add it, one PE row per token")
+        if isinstance(actual, Tensor) and actual.shape == expected.shape and (actual == 0).float().mean() > 0.2:
+            raise CheckFailed(f"{what}: many entries are 0 in eval mode — dropout must be inactive after .eval(): "
+                              f"use self.dropout (an nn.Dropout), not F.dropout without training=self.training")
+        compare(actual, expected, what, mistakes)
+
+        too_far = max_len - length + 1
+        with off_limits(INPUT_LAYER_OFF_LIMITS, "input layer", namespaces), torch.no_grad():
+            _expect_value_error(lambda: module(ids, too_far),
+                                f"forward(ids with T={length}, offset={too_far}) with max_len={max_len}",
+                                "(offset + T > max_len: the table has no rows for those positions)")
+
+    # Dropout acts on the sum, in training mode only: about half the entries zeroed, the rest x 1/(1 - p).
+    vocab_size, d_model, max_len, p = 13, 16, 12, 0.5
+    torch.manual_seed(7)
+    reference = InputEmbedding(vocab_size, d_model, max_len, dropout=0.0).eval()
+    ids = torch.randint(0, vocab_size, (2, 6), generator=seeded(7))
+    with torch.no_grad():
+        expected = reference(ids)
+    module = _input_layer(learner_cls, vocab_size, d_model, max_len, p, namespaces)
+    with torch.no_grad():
+        module.token.weight.copy_(reference.token.weight)
+    module.train()
+    with off_limits(INPUT_LAYER_OFF_LIMITS, "input layer", namespaces), torch.no_grad():
+        actual = call_learner("forward(ids) in training mode with dropout=0.5", module, ids)
+    compare(actual, expected, "forward(ids) in training mode (shape and dtype)", atol=math.inf)
+    dropped = actual == 0
+    share = dropped.float().mean().item()
+    if share < 0.3:
+        raise CheckFailed(f"with dropout=0.5 in training mode only {share:.0%} of the entries are 0: pass "
+                          f"embedding + PE through self.dropout")
+    kept = ~dropped
+    if torch.allclose(actual[kept], expected[kept], atol=1e-5, rtol=1e-4):
+        raise CheckFailed("kept entries were not rescaled by 1/(1 - p): use nn.Dropout, which does it for you")
+    if share > 0.7 or not torch.allclose(actual[kept], expected[kept] / (1 - p), atol=1e-5, rtol=1e-4):
+        raise CheckFailed("in training mode the output should be dropout(embedding + PE): about half the entries 0, "
+                          "the rest (embedding + PE) / (1 - p); apply dropout once, to the sum")
+    passed(f"InputLayer: embedding x sqrt(d_model) + PE buffer, offset, max_len limit, dropout on {len(cases)} "
+           f"cases" + _suffix(hidden))
