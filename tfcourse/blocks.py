@@ -10,6 +10,7 @@ A block never changes the shape (B, T, d_model), so N blocks stack freely.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -18,6 +19,11 @@ from torch import Tensor, nn
 from .attention import KVCache, MultiHeadAttention
 from .ffn import PositionwiseFeedForward
 from .validation import expect_tensor, shape_str
+
+
+def _check_features(x: Tensor, d_model: int) -> None:
+    if x.shape[-1] != d_model:
+        raise ValueError(f"x must end in d_model={d_model}, got shape {shape_str(x)}")
 
 
 class LayerNorm(nn.Module):
@@ -36,11 +42,22 @@ class LayerNorm(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         expect_tensor(x, "x", expected="(..., d_model)")
-        if x.shape[-1] != self.d_model:
-            raise ValueError(f"x must end in d_model={self.d_model}, got shape {shape_str(x)}")
+        _check_features(x, self.d_model)
         mean = x.mean(dim=-1, keepdim=True)  # (..., 1)
         var = x.var(dim=-1, keepdim=True, unbiased=False)  # (..., 1): divide by d_model, not d_model - 1
         return self.weight * (x - mean) / torch.sqrt(var + self.eps) + self.bias
+
+
+def sublayer_connection(x: Tensor, sublayer: Callable[[Tensor], Tensor], norm: nn.Module,
+                        norm_first: bool = False) -> Tensor:
+    """One sub-layer wrapped in its residual connection and LayerNorm.
+
+    Post-LN (the paper):  LN(x + sublayer(x))     the sum is normalised, so every block ends normalised.
+    Pre-LN:               x + sublayer(LN(x))     x itself passes through untouched: the residual stream.
+    """
+    if norm_first:
+        return x + sublayer(norm(x))
+    return norm(x + sublayer(x))
 
 
 class EncoderLayer(nn.Module):
@@ -63,11 +80,8 @@ class EncoderLayer(nn.Module):
         def feed_forward(h: Tensor) -> Tensor:
             return self.dropout2(self.ffn(h))
 
-        if self.norm_first:
-            x = x + attend(self.norm1(x))
-            return x + feed_forward(self.norm2(x))
-        x = self.norm1(x + attend(x))
-        return self.norm2(x + feed_forward(x))
+        x = sublayer_connection(x, attend, self.norm1, self.norm_first)  # (B, T, d_model)
+        return sublayer_connection(x, feed_forward, self.norm2, self.norm_first)
 
 
 @dataclass
@@ -106,13 +120,9 @@ class DecoderLayer(nn.Module):
         def feed_forward(h: Tensor) -> Tensor:
             return self.dropout3(self.ffn(h))
 
-        if self.norm_first:
-            x = x + attend_self(self.norm1(x))
-            x = x + attend_memory(self.norm2(x))
-            return x + feed_forward(self.norm3(x))
-        x = self.norm1(x + attend_self(x))
-        x = self.norm2(x + attend_memory(x))
-        return self.norm3(x + feed_forward(x))
+        x = sublayer_connection(x, attend_self, self.norm1, self.norm_first)  # (B, T_tgt, d_model)
+        x = sublayer_connection(x, attend_memory, self.norm2, self.norm_first)  # (B, T_tgt, d_model)
+        return sublayer_connection(x, feed_forward, self.norm3, self.norm_first)
 
 
 def _final_norm(norm_first: bool, d_model: int) -> nn.Module:
@@ -157,4 +167,5 @@ class Decoder(nn.Module):
         return self.norm(x)  # (B, T_tgt, d_model)
 
 
-__all__ = ["LayerNorm", "EncoderLayer", "DecoderLayer", "DecoderLayerCache", "Encoder", "Decoder"]
+__all__ = ["LayerNorm", "sublayer_connection", "EncoderLayer", "DecoderLayer", "DecoderLayerCache", "Encoder",
+           "Decoder"]

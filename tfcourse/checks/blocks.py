@@ -1,0 +1,752 @@
+"""Checks for lesson 05, blocks: LayerNorm, the residual sub-layer connection (post-LN and pre-LN),
+the encoder layer, the decoder layer, the encoder stack, and the shapes of table 3-1.
+
+Every reference and every "usual mistake" output is computed from the package's own sub-modules
+(tfcourse.attention.MultiHeadAttention, tfcourse.ffn.PositionwiseFeedForward, tfcourse.blocks.LayerNorm)
+before the learner's code runs; the learner's module then receives the reference's weights through
+its state_dict, so names must follow the package: self_attn, cross_attn, ffn, norm1, norm2, norm3.
+`hidden=True` runs only the hidden cases: the test cell has already run the visible ones.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ..attention import causal_mask, padding_mask
+from ..blocks import Decoder, DecoderLayer, Encoder, EncoderLayer, LayerNorm
+from ..embedding import InputEmbedding
+from .core import CheckFailed, call_learner, compare, expect_unchanged, learner_namespaces, off_limits, passed
+
+# torch's own LayerNorm, under every name it can be reached by: off-limits in every exercise of this lesson.
+LAYER_NORM_BUILTINS = [
+    "torch.nn.LayerNorm",
+    "torch.nn.functional.layer_norm",
+    "torch.layer_norm",
+    "torch.native_layer_norm",
+]
+LAYER_NORM_OFF_LIMITS = ["tfcourse.blocks.LayerNorm", *LAYER_NORM_BUILTINS]
+SUBLAYER_OFF_LIMITS = [
+    "tfcourse.blocks.sublayer_connection",
+    "tfcourse.blocks.EncoderLayer",
+    "tfcourse.blocks.DecoderLayer",
+    "torch.nn.TransformerEncoderLayer",
+    "torch.nn.TransformerDecoderLayer",
+    *LAYER_NORM_BUILTINS,
+]
+ENCODER_LAYER_OFF_LIMITS = [
+    "tfcourse.blocks.EncoderLayer",
+    "tfcourse.blocks.Encoder",
+    "torch.nn.TransformerEncoderLayer",
+    "torch.nn.TransformerEncoder",
+    "torch.nn.Transformer",
+    *LAYER_NORM_BUILTINS,
+]
+DECODER_LAYER_OFF_LIMITS = [
+    "tfcourse.blocks.DecoderLayer",
+    "tfcourse.blocks.Decoder",
+    "torch.nn.TransformerDecoderLayer",
+    "torch.nn.TransformerDecoder",
+    "torch.nn.Transformer",
+    *LAYER_NORM_BUILTINS,
+]
+ENCODER_OFF_LIMITS = [
+    "tfcourse.blocks.Encoder",
+    "torch.nn.TransformerEncoder",
+    "torch.nn.TransformerEncoderLayer",
+    "torch.nn.Transformer",
+    *LAYER_NORM_BUILTINS,
+]
+# The check's own tracer would hand over the answer.
+SHAPE_TABLE_OFF_LIMITS = ["tfcourse.checks.blocks.trace_shapes"]
+
+ATOL, RTOL = 1e-5, 1e-4
+
+
+def _one_thread(check: Callable) -> Callable:
+    """Run a check on one CPU thread. Its tensors are tiny: extra threads only add start-up and
+    synchronisation costs, which on a loaded CPU can be many times the work itself."""
+
+    @functools.wraps(check)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            return check(*args, **kwargs)
+        finally:
+            torch.set_num_threads(threads)
+
+    return run
+
+
+def _suffix(hidden: bool) -> str:
+    return " (hidden cases)" if hidden else ""
+
+
+def _randomise_norms(module: nn.Module, generator: torch.Generator) -> None:
+    """Give every LayerNorm a gain != 1 and a bias != 0, so forgetting one (or mixing up two) shows."""
+    with torch.no_grad():
+        for sub in module.modules():
+            if isinstance(sub, LayerNorm):
+                sub.weight.copy_(1.0 + 0.5 * torch.randn(sub.weight.shape, generator=generator))
+                sub.bias.copy_(0.3 * torch.randn(sub.bias.shape, generator=generator))
+
+
+def _padding(lengths: Sequence[int], length: int) -> Tensor:
+    """(B, 1, 1, T) mask for sequences of the given true lengths (padding at the end)."""
+    ids = torch.ones(len(lengths), length, dtype=torch.long)
+    for row, n in enumerate(lengths):
+        ids[row, n:] = 0
+    return padding_mask(ids, pad_id=0)  # (B, 1, 1, T)
+
+
+def _build(what: str, learner_cls: Any, *args: Any, **kwargs: Any) -> nn.Module:
+    module = call_learner(what, learner_cls, *args, **kwargs)
+    if not isinstance(module, nn.Module):
+        raise CheckFailed(f"{getattr(learner_cls, '__name__', learner_cls)} must be an nn.Module subclass "
+                          f"(class ...(nn.Module) with super().__init__() first)")
+    return module
+
+
+def _load_reference_weights(module: nn.Module, reference: nn.Module, names_hint: str) -> None:
+    """Copy the reference's weights into the learner's module; explain a naming mismatch in one line."""
+    expected, actual = set(reference.state_dict()), set(module.state_dict())
+    missing, unexpected = sorted(expected - actual), sorted(actual - expected)
+    if missing or unexpected:
+        parts = []
+        if missing:
+            parts.append(f"missing {missing[:4]}" + (" ..." if len(missing) > 4 else ""))
+        if unexpected:
+            parts.append(f"unexpected {unexpected[:4]}" + (" ..." if len(unexpected) > 4 else ""))
+        raise CheckFailed(f"parameter names differ from the reference ({'; '.join(parts)}): {names_hint}")
+    try:
+        module.load_state_dict(reference.state_dict())
+    except RuntimeError as error:
+        first = str(error).strip().splitlines()[-1].strip()
+        raise CheckFailed(f"the reference weights do not fit your module: {first}") from None
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercise: LayerNorm
+# ----------------------------------------------------------------------------------------------
+
+
+def _layer_norm_mistakes(x: Tensor, weight: Tensor, bias: Tensor, eps: float) -> dict[str, Tensor]:
+    mean = x.mean(dim=-1, keepdim=True)  # (..., 1)
+    var = x.var(dim=-1, keepdim=True, unbiased=False)  # (..., 1)
+    centred = x - mean
+    x_hat = centred / torch.sqrt(var + eps)
+    mistakes = {
+        "LayerNorm with ε *outside* the square root, (x − μ) / (√σ² + ε): ε belongs inside, √(σ² + ε)":
+            weight * centred / (torch.sqrt(var) + eps) + bias,
+        "LayerNorm with the *unbiased* variance (dividing by d − 1, torch.var's default): "
+        "LayerNorm divides by d, use unbiased=False":
+            weight * centred / torch.sqrt(x.var(dim=-1, keepdim=True, unbiased=True) + eps) + bias,
+        "LayerNorm *without* ε: √σ² alone (a constant vector would divide by 0)":
+            weight * centred / torch.sqrt(var) + bias,
+        "LayerNorm dividing by the variance instead of the standard deviation (√ missing)":
+            weight * centred / (var + eps) + bias,
+        "the normalised x *without* the gain and the bias (self.weight, self.bias)": x_hat,
+        "the normalised x *without* the gain (self.weight)": x_hat + bias,
+        "the normalised x *without* the bias (self.bias)": weight * x_hat,
+        "LayerNorm with the gain and the bias swapped (bias * x̂ + weight)": bias * x_hat + weight,
+        "LayerNorm with the variance computed as E[x²] − E[x]², which loses its precision when the spread is "
+        "small next to the mean: average (x − μ)² instead":
+            weight * centred / torch.sqrt((x * x).mean(dim=-1, keepdim=True) - mean**2 + eps) + bias,
+    }
+    if eps != 1e-5:
+        mistakes[f"LayerNorm with ε = 1e-5 although eps={eps} was passed: use self.eps"] = (
+            weight * centred / torch.sqrt(var + 1e-5) + bias)
+    # The wrong dimension: statistics over the batch or over time instead of over the features.
+    wrong_dims: list[tuple[str, tuple[int, ...]]] = []
+    if x.dim() >= 2:
+        wrong_dims.append(("the batch dimension (dim 0), like BatchNorm", (0,)))
+    if x.dim() >= 3:
+        wrong_dims.append(("the time dimension (dim 1)", (1,)))
+        wrong_dims.append(("all dimensions of each example (time *and* features)", tuple(range(1, x.dim()))))
+        wrong_dims.append(("the whole tensor", tuple(range(x.dim()))))
+    for where, dims in wrong_dims:
+        m = x.mean(dim=dims, keepdim=True)
+        v = x.var(dim=dims, keepdim=True, unbiased=False)
+        mistakes[f"LayerNorm with mean and variance over {where} instead of the features (dim=-1)"] = (
+            weight * (x - m) / torch.sqrt(v + eps) + bias)
+    return mistakes
+
+
+@_one_thread
+def check_layer_norm(learner_cls: Any, hidden: bool = False) -> None:
+    """LN(x) = gain · (x − mean) / sqrt(var + eps) + bias over the last dimension, biased variance."""
+    gen = torch.Generator().manual_seed(5)
+
+    def normal(*shape: int) -> Tensor:
+        return torch.randn(*shape, generator=gen)
+
+    cases: list[tuple[str, Tensor, float | None]] = [
+        ("x (2, 5, 8) with mean 1 and std 3", 3.0 * normal(2, 5, 8) + 1.0, None),
+        ("x (1, 1, 16) with a tiny spread (std 0.005, so ε matters)", 0.005 * normal(1, 1, 16) + 2.0, None),
+        ("x (4, 6), a 2-D batch of vectors", normal(4, 6), None),
+    ]
+    if hidden:
+        constant = normal(3, 7, 12)
+        constant[1, 3] = 4.0  # one position whose features are all equal: variance 0
+        cases = [
+            ("x (3, 7, 12) with a constant vector at one position", constant, None),
+            ("x (2, 2, 3, 8), four dimensions", 2.0 * normal(2, 2, 3, 8), None),
+            ("x (2, 4, 10) with a small spread and eps=1e-3", 0.02 * normal(2, 4, 10) - 1.0, 1e-3),
+            ("x (1, 1, 4), batch of 1 and T = 1", normal(1, 1, 4), None),
+        ]
+    for description, x, eps in cases:
+        d_model = x.shape[-1]
+        reference = LayerNorm(d_model) if eps is None else LayerNorm(d_model, eps=eps)
+        _randomise_norms(reference, gen)
+        with torch.no_grad():
+            expected = reference(x)
+            mistakes = _layer_norm_mistakes(x, reference.weight, reference.bias, reference.eps)
+        kwargs = {} if eps is None else {"eps": eps}
+        call = f"{getattr(learner_cls, '__name__', 'LayerNorm')}({d_model}" + (f", eps={eps})" if eps else ")")
+        with off_limits(LAYER_NORM_OFF_LIMITS, "LayerNorm", learner_namespaces(learner_cls)):
+            module = _build(call, learner_cls, d_model, **kwargs)
+            params = dict(module.named_parameters())
+            if sorted(params) != ["bias", "weight"]:
+                raise CheckFailed(f"{call} should have exactly two nn.Parameters, weight (the gain) and bias, "
+                                  f"got {sorted(params)}")
+            for name in ("weight", "bias"):
+                if tuple(params[name].shape) != (d_model,):
+                    raise CheckFailed(f"{call}: {name} should have shape ({d_model},), "
+                                      f"got {tuple(params[name].shape)}")
+            if not (torch.all(params["weight"] == 1) and torch.all(params["bias"] == 0)):
+                raise CheckFailed(f"{call}: a fresh LayerNorm should start with weight = 1 and bias = 0, "
+                                  "so that at first it only normalises")
+            _load_reference_weights(module, reference, "name the gain `weight` and the shift `bias`")
+            x_before = x.clone()
+            with torch.no_grad():
+                actual = call_learner(f"{call}.forward(x) for {description}", module, x)
+        expect_unchanged([x_before], [x], f"LayerNorm on {description}")
+        compare(actual, expected, f"LayerNorm on {description}", mistakes, atol=ATOL, rtol=RTOL)
+    passed(f"LayerNorm matches the reference on {len(cases)} inputs" + _suffix(hidden))
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercise: the sub-layer connection (residual + LayerNorm, post-LN or pre-LN)
+# ----------------------------------------------------------------------------------------------
+
+
+class _Counted(nn.Module):
+    """Wraps a module and counts how often it is called."""
+
+    def __init__(self, inner: nn.Module):
+        super().__init__()
+        self.inner = inner
+        self.calls = 0
+
+    def forward(self, x: Tensor) -> Tensor:
+        self.calls += 1
+        return self.inner(x)
+
+
+def _connection(x: Tensor, f: Callable[[Tensor], Tensor], n: Callable[[Tensor], Tensor], style: str) -> Tensor:
+    """One sub-layer with its residual and LayerNorm, arranged right ('post', 'pre') or wrongly."""
+    if style == "post":
+        return n(x + f(x))
+    if style == "pre":
+        return x + f(n(x))
+    if style == "ln_plus_f":  # post-LN with the residual added after the norm
+        return n(x) + f(x)
+    if style == "normed_residual":  # pre-LN where x was overwritten by LN(x) before the residual
+        return n(x) + f(n(x))
+    if style == "norm_output":  # the norm on the sub-layer output only
+        return x + n(f(x))
+    if style == "post_no_residual":
+        return n(f(x))
+    if style == "pre_no_residual":
+        return f(n(x))
+    if style == "no_norm":
+        return x + f(x)
+    if style == "pre_extra_norm":  # pre-LN with one more LayerNorm on the sum
+        return n(x + f(n(x)))
+    raise ValueError(style)
+
+
+# The mistakes of one sub-layer connection, by the arrangement that was asked for.
+_CONNECTION_MISTAKES = {
+    False: {
+        "pre": "pre-LN, x + F(LN(x)), although norm_first=False asked for the paper's post-LN, LN(x + F(x))",
+        "ln_plus_f": "LN(x) + F(x): in post-LN the residual is added *before* the norm, LN(x + F(x))",
+        "norm_output": "x + LN(F(x)): post-LN normalises the *sum*, LN(x + F(x))",
+        "post_no_residual": "LN(F(x)), the residual connection is missing: LN(x + F(x))",
+        "no_norm": "x + F(x), the LayerNorm is missing: LN(x + F(x))",
+    },
+    True: {
+        "post": "post-LN, LN(x + F(x)), although norm_first=True asked for pre-LN, x + F(LN(x))",
+        "normed_residual": "LN(x) + F(LN(x)): the residual must carry x itself, not LN(x) "
+                           "(did you overwrite x with its norm?)",
+        "pre_no_residual": "F(LN(x)), the residual connection is missing: x + F(LN(x))",
+        "pre_extra_norm": "LN(x + F(LN(x))): pre-LN leaves the sum un-normalised, x + F(LN(x))",
+        "no_norm": "x + F(x), the LayerNorm is missing: x + F(LN(x))",
+    },
+}
+
+
+@_one_thread
+def check_sublayer_connection(learner_fn: Any, hidden: bool = False) -> None:
+    """sublayer_connection(x, sublayer, norm, norm_first): LN(x + F(x)) or x + F(LN(x))."""
+    cases = [(False, (2, 5, 8)), (True, (2, 5, 8))]
+    if hidden:
+        cases = [(False, (1, 1, 4)), (True, (3, 2, 6)), (True, (1, 1, 4)), (False, (2, 7, 12))]
+    for seed, (norm_first, shape) in enumerate(cases):
+        gen = torch.Generator().manual_seed(100 + seed)
+        torch.manual_seed(100 + seed)
+        d_model = shape[-1]
+        feed_forward = nn.Sequential(nn.Linear(d_model, 2 * d_model), nn.Tanh(), nn.Linear(2 * d_model, d_model))
+        norm = LayerNorm(d_model)
+        _randomise_norms(norm, gen)
+        x = 2.0 * torch.randn(*shape, generator=gen) + 0.5
+        arrangement = "pre" if norm_first else "post"
+        with torch.no_grad():
+            expected = _connection(x, feed_forward, norm, arrangement)
+            mistakes = {text: _connection(x, feed_forward, norm, style)
+                        for style, text in _CONNECTION_MISTAKES[norm_first].items()}
+        sublayer, counted_norm = _Counted(feed_forward), _Counted(norm)
+        what = f"sublayer_connection(x {tuple(shape)}, sublayer, norm, norm_first={norm_first})"
+        with off_limits(SUBLAYER_OFF_LIMITS, "sub-layer connection", learner_namespaces(learner_fn)):
+            x_before = x.clone()
+            with torch.no_grad():
+                actual = call_learner(what, learner_fn, x, sublayer, counted_norm, norm_first)
+        expect_unchanged([x_before], [x], what)
+        compare(actual, expected, what, mistakes, atol=ATOL, rtol=RTOL)
+        if sublayer.calls != 1:
+            raise CheckFailed(f"{what}: call `sublayer` exactly once (it was called {sublayer.calls} times): "
+                              "it is the expensive part, and with dropout two calls give different results")
+        if counted_norm.calls != 1:
+            raise CheckFailed(f"{what}: call `norm` exactly once (it was called {counted_norm.calls} times)")
+    passed(f"sublayer_connection matches post-LN and pre-LN on {len(cases)} cases" + _suffix(hidden))
+
+
+# ----------------------------------------------------------------------------------------------
+# Layers: the reference and the usual mistakes, composed from the reference's own sub-modules
+# ----------------------------------------------------------------------------------------------
+
+
+def _stack_connections(x: Tensor, steps: Sequence[tuple[Callable[[Tensor], Tensor], nn.Module]],
+                       styles: Sequence[str]) -> Tensor:
+    for (f, n), style in zip(steps, styles):
+        x = _connection(x, f, n, style)
+    return x
+
+
+def _arrangement_mistakes(x: Tensor, steps: list, norm_first: bool, good: str) -> dict[str, Tensor]:
+    """Mistakes that concern how each sub-layer is wrapped (shared by the encoder and decoder layers)."""
+    k = len(steps)
+    out: dict[str, Tensor] = {}
+    wrong = _CONNECTION_MISTAKES[norm_first]
+    for style, text in wrong.items():
+        out[f"a layer built as {text}"] = _stack_connections(x, steps, [style] * k)
+    no_residual = "pre_no_residual" if norm_first else "post_no_residual"
+    names = ["first", "second", "third"]
+    for i in range(k):
+        styles = [good] * k
+        styles[i] = no_residual
+        out[f"a layer whose {names[i]} sub-layer has no residual connection"] = _stack_connections(x, steps, styles)
+    same_norm = [(f, steps[0][1]) for f, _ in steps]
+    out["a layer that uses norm1 for every sub-layer: each sub-layer needs its own LayerNorm"] = (
+        _stack_connections(x, same_norm, [good] * k))
+    return out
+
+
+def _run_layer(what: str, module: nn.Module, *args: Any) -> Any:
+    with torch.no_grad():
+        return call_learner(what, module, *args)
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercise: the encoder layer
+# ----------------------------------------------------------------------------------------------
+
+ENCODER_LAYER_NAMES = ("name the sub-modules like tfcourse.blocks.EncoderLayer: self_attn (MultiHeadAttention), "
+                       "ffn (PositionwiseFeedForward), norm1 and norm2 (LayerNorm)")
+
+
+def _encoder_layer_cases(hidden: bool) -> list[dict]:
+    # (batch, T, d_model, n_heads, d_ff, norm_first, true lengths for a padding mask or None)
+    cases = [
+        dict(batch=2, length=5, d_model=16, n_heads=4, d_ff=None, norm_first=False, lengths=None),
+        dict(batch=2, length=5, d_model=16, n_heads=4, d_ff=None, norm_first=True, lengths=[5, 3]),
+        dict(batch=1, length=1, d_model=8, n_heads=2, d_ff=None, norm_first=False, lengths=None),
+    ]
+    if hidden:
+        cases = [
+            dict(batch=3, length=7, d_model=12, n_heads=3, d_ff=20, norm_first=True, lengths=None),
+            dict(batch=2, length=6, d_model=16, n_heads=2, d_ff=None, norm_first=False, lengths=[1, 4]),
+            dict(batch=1, length=1, d_model=8, n_heads=2, d_ff=None, norm_first=True, lengths=None),
+        ]
+    return cases
+
+
+@_one_thread
+def check_encoder_layer(learner_cls: Any, hidden: bool = False) -> None:
+    """Self-attention -> FFN, each wrapped by sublayer_connection; post-LN by default, pre-LN with norm_first."""
+    cases = _encoder_layer_cases(hidden)
+    for seed, case in enumerate(cases):
+        gen = torch.Generator().manual_seed(200 + seed)
+        torch.manual_seed(200 + seed)
+        nf = case["norm_first"]
+        reference = EncoderLayer(case["d_model"], case["n_heads"], case["d_ff"], dropout=0.0, norm_first=nf).eval()
+        _randomise_norms(reference, gen)
+        x = torch.randn(case["batch"], case["length"], case["d_model"], generator=gen)
+        mask = None if case["lengths"] is None else _padding(case["lengths"], case["length"])
+        good = "pre" if nf else "post"
+        with torch.no_grad():
+            expected = reference(x, mask)
+            steps = [(lambda h: reference.self_attn(h, mask=mask), reference.norm1),
+                     (reference.ffn, reference.norm2)]
+            mistakes = _arrangement_mistakes(x, steps, nf, good)
+            if mask is not None:
+                unmasked = [(lambda h: reference.self_attn(h), reference.norm1), (reference.ffn, reference.norm2)]
+                mistakes["a layer that ignores the mask: pass mask= to self-attention"] = (
+                    _stack_connections(x, unmasked, [good, good]))
+        shape = (case["batch"], case["length"], case["d_model"])
+        mask_text = "no mask" if mask is None else "a padding mask"
+        call = (f"{getattr(learner_cls, '__name__', 'EncoderLayer')}({case['d_model']}, {case['n_heads']}, "
+                f"d_ff={case['d_ff']}, dropout=0.0, norm_first={nf})")
+        what = f"{call} on x {shape} with {mask_text}"
+        with off_limits(ENCODER_LAYER_OFF_LIMITS, "encoder layer", learner_namespaces(learner_cls)):
+            module = _build(call, learner_cls, case["d_model"], case["n_heads"], d_ff=case["d_ff"],
+                            dropout=0.0, norm_first=nf)
+            _load_reference_weights(module, reference, ENCODER_LAYER_NAMES)
+            module.eval()
+            x_before = x.clone()
+            actual = _run_layer(what, module, x, mask)
+        expect_unchanged([x_before], [x], what)
+        compare(actual, expected, what, mistakes, atol=ATOL, rtol=RTOL)
+    passed(f"EncoderLayer matches the reference (post-LN and pre-LN) on {len(cases)} cases" + _suffix(hidden))
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercise: the decoder layer
+# ----------------------------------------------------------------------------------------------
+
+DECODER_LAYER_NAMES = ("name the sub-modules like tfcourse.blocks.DecoderLayer: self_attn, cross_attn "
+                       "(MultiHeadAttention), ffn (PositionwiseFeedForward), norm1, norm2, norm3 (LayerNorm)")
+
+
+def _decoder_layer_cases(hidden: bool) -> list[dict]:
+    cases = [
+        dict(batch=2, t_tgt=5, t_src=5, d_model=16, n_heads=4, d_ff=None, norm_first=False, lengths=None),
+        dict(batch=2, t_tgt=4, t_src=6, d_model=16, n_heads=4, d_ff=None, norm_first=True, lengths=[6, 3]),
+        dict(batch=1, t_tgt=1, t_src=3, d_model=8, n_heads=2, d_ff=None, norm_first=False, lengths=None),
+    ]
+    if hidden:
+        cases = [
+            dict(batch=3, t_tgt=6, t_src=6, d_model=12, n_heads=3, d_ff=20, norm_first=True, lengths=[6, 2, 4]),
+            dict(batch=2, t_tgt=7, t_src=2, d_model=16, n_heads=2, d_ff=None, norm_first=False, lengths=[1, 2]),
+            dict(batch=1, t_tgt=3, t_src=1, d_model=8, n_heads=2, d_ff=None, norm_first=True, lengths=None),
+        ]
+    return cases
+
+
+def _decoder_mistakes(reference: DecoderLayer, x: Tensor, memory: Tensor, self_mask: Tensor,
+                      memory_mask: Tensor | None, nf: bool) -> dict[str, Tensor]:
+    good = "pre" if nf else "post"
+    r = reference
+
+    def self_attention(mask: Tensor | None) -> Callable[[Tensor], Tensor]:
+        return lambda h: r.self_attn(h, mask=mask)
+
+    def cross(mask: Tensor | None) -> Callable[[Tensor], Tensor]:
+        return lambda h: r.cross_attn(h, memory, mask=mask)
+
+    def layer(steps: list) -> Tensor:
+        return _stack_connections(x, steps, [good] * len(steps))
+
+    right = [(self_attention(self_mask), r.norm1), (cross(memory_mask), r.norm2), (r.ffn, r.norm3)]
+    mistakes = _arrangement_mistakes(x, right, nf, good)
+    mistakes["a decoder layer whose self-attention ignores the causal mask: pass self_mask to self_attn, "
+             "or every position sees its future"] = (
+        layer([(self_attention(None), r.norm1), (cross(memory_mask), r.norm2), (r.ffn, r.norm3)]))
+    mistakes["a decoder layer with the sub-layers in the wrong order: masked self-attention comes first, "
+             "then cross-attention, then the FFN"] = (
+        layer([(cross(memory_mask), r.norm1), (self_attention(self_mask), r.norm2), (r.ffn, r.norm3)]))
+    if memory_mask is not None:
+        mistakes["a decoder layer whose cross-attention ignores memory_mask (the source's padding)"] = (
+            layer([(self_attention(self_mask), r.norm1), (cross(None), r.norm2), (r.ffn, r.norm3)]))
+    if nf:
+        mistakes["a pre-LN decoder layer that also normalises memory with norm2: only the decoder stream is "
+                 "normalised, H is used as it is"] = (
+            layer([(self_attention(self_mask), r.norm1),
+                   (lambda h: r.cross_attn(h, r.norm2(memory), mask=memory_mask), r.norm2), (r.ffn, r.norm3)]))
+    t_tgt, t_src = x.shape[1], memory.shape[1]
+    # Keys and values from the decoder itself: cross_attn(h, h) - self-attention a second time.
+    kv_mask = memory_mask if t_src == t_tgt else None  # a source padding mask only fits equal lengths
+    mistakes["a decoder layer whose cross-attention takes keys and values from the decoder, cross_attn(h, h): "
+             "K and V must come from the encoder output H, cross_attn(h, memory)"] = (
+        layer([(self_attention(self_mask), r.norm1), (lambda h: r.cross_attn(h, h, mask=kv_mask), r.norm2),
+               (r.ffn, r.norm3)]))
+    if t_src == t_tgt:
+        # Queries from the encoder: cross_attn(memory, h). Only the shapes of equal lengths add up.
+        mistakes["a decoder layer whose cross-attention takes the queries from the encoder, cross_attn(memory, h): "
+                 "Q comes from the decoder, K and V from H"] = (
+            layer([(self_attention(self_mask), r.norm1), (lambda h: r.cross_attn(memory, h), r.norm2),
+                   (r.ffn, r.norm3)]))
+        mistakes["a decoder layer whose cross-attention is masked with the causal mask: the decoder may see the "
+                 "*whole* source sentence, only its own future is hidden"] = (
+            layer([(self_attention(self_mask), r.norm1), (cross(self_mask), r.norm2), (r.ffn, r.norm3)]))
+        mistakes["a decoder layer with self_mask and memory_mask swapped"] = (
+            layer([(self_attention(memory_mask), r.norm1), (cross(self_mask), r.norm2), (r.ffn, r.norm3)]))
+    return mistakes
+
+
+@_one_thread
+def check_decoder_layer(learner_cls: Any, hidden: bool = False) -> None:
+    """Masked self-attention -> cross-attention (Q from the decoder, K/V from H) -> FFN, each wrapped."""
+    cases = _decoder_layer_cases(hidden)
+    for seed, case in enumerate(cases):
+        gen = torch.Generator().manual_seed(300 + seed)
+        torch.manual_seed(300 + seed)
+        nf = case["norm_first"]
+        reference = DecoderLayer(case["d_model"], case["n_heads"], case["d_ff"], dropout=0.0, norm_first=nf).eval()
+        _randomise_norms(reference, gen)
+        x = torch.randn(case["batch"], case["t_tgt"], case["d_model"], generator=gen)
+        memory = 1.5 * torch.randn(case["batch"], case["t_src"], case["d_model"], generator=gen) - 0.5
+        self_mask = causal_mask(case["t_tgt"])  # (T_tgt, T_tgt)
+        memory_mask = None if case["lengths"] is None else _padding(case["lengths"], case["t_src"])
+        with torch.no_grad():
+            expected = reference(x, memory, self_mask, memory_mask)
+            mistakes = _decoder_mistakes(reference, x, memory, self_mask, memory_mask, nf)
+        call = (f"{getattr(learner_cls, '__name__', 'DecoderLayer')}({case['d_model']}, {case['n_heads']}, "
+                f"d_ff={case['d_ff']}, dropout=0.0, norm_first={nf})")
+        mask_text = "no memory_mask" if memory_mask is None else "a padding memory_mask"
+        what = (f"{call} on x {tuple(x.shape)}, memory {tuple(memory.shape)}, causal self_mask, {mask_text}")
+        with off_limits(DECODER_LAYER_OFF_LIMITS, "decoder layer", learner_namespaces(learner_cls)):
+            module = _build(call, learner_cls, case["d_model"], case["n_heads"], d_ff=case["d_ff"],
+                            dropout=0.0, norm_first=nf)
+            _load_reference_weights(module, reference, DECODER_LAYER_NAMES)
+            module.eval()
+            before = [x.clone(), memory.clone()]
+            actual = _run_layer(what, module, x, memory, self_mask, memory_mask)
+        expect_unchanged(before, [x, memory], what)
+        if isinstance(actual, Tensor) and actual.shape == memory.shape and memory.shape != x.shape:
+            raise CheckFailed(f"{what}: your output has the *source* length {memory.shape[1]}; the decoder's "
+                              f"output keeps its own shape {tuple(x.shape)}: queries come from the decoder")
+        compare(actual, expected, what, mistakes, atol=ATOL, rtol=RTOL)
+    passed(f"DecoderLayer matches the reference (post-LN and pre-LN) on {len(cases)} cases" + _suffix(hidden))
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercise: the encoder stack
+# ----------------------------------------------------------------------------------------------
+
+
+@_one_thread
+def check_encoder(learner_cls: Any, hidden: bool = False) -> None:
+    """N encoder layers with their own weights; pre-LN ends with one LayerNorm; (B, T, d_model) in and out."""
+    cases = [
+        dict(n_layers=3, batch=2, length=5, d_model=16, n_heads=4, d_ff=None, norm_first=False, lengths=[5, 2]),
+        dict(n_layers=2, batch=2, length=4, d_model=16, n_heads=4, d_ff=None, norm_first=True, lengths=None),
+    ]
+    if hidden:
+        cases = [
+            dict(n_layers=1, batch=1, length=1, d_model=8, n_heads=2, d_ff=None, norm_first=True, lengths=None),
+            dict(n_layers=4, batch=3, length=6, d_model=12, n_heads=3, d_ff=20, norm_first=False,
+                 lengths=[6, 1, 3]),
+            dict(n_layers=6, batch=2, length=3, d_model=8, n_heads=2, d_ff=None, norm_first=True, lengths=[3, 2]),
+        ]
+    for seed, case in enumerate(cases):
+        gen = torch.Generator().manual_seed(400 + seed)
+        torch.manual_seed(400 + seed)
+        nf, n_layers = case["norm_first"], case["n_layers"]
+        reference = Encoder(n_layers, case["d_model"], case["n_heads"], case["d_ff"], dropout=0.0,
+                            norm_first=nf).eval()
+        _randomise_norms(reference, gen)
+        x = torch.randn(case["batch"], case["length"], case["d_model"], generator=gen)
+        mask = None if case["lengths"] is None else _padding(case["lengths"], case["length"])
+        final = reference.norm
+        with torch.no_grad():
+            expected = reference(x, mask)
+            layers = reference.layers
+            mistakes = {}
+            if n_layers > 1:
+                mistakes["the first layer only: apply all N layers, one after the other"] = final(layers[0](x, mask))
+                mistakes["the last layer applied to the input x: feed each layer's output into the next"] = (
+                    final(layers[-1](x, mask)))
+            if nf:
+                h = x
+                for layer in layers:
+                    h = layer(h, mask)
+                mistakes["the pre-LN stack *without* its final LayerNorm (self.norm)"] = h
+            if mask is not None:
+                mistakes["a stack that does not pass the mask to its layers"] = reference(x)
+        call = (f"{getattr(learner_cls, '__name__', 'Encoder')}({n_layers}, {case['d_model']}, {case['n_heads']}, "
+                f"d_ff={case['d_ff']}, dropout=0.0, norm_first={nf})")
+        mask_text = "no mask" if mask is None else "a padding mask"
+        what = f"{call} on x {tuple(x.shape)} with {mask_text}"
+        with off_limits(ENCODER_OFF_LIMITS, "encoder stack", learner_namespaces(learner_cls)):
+            module = _build(call, learner_cls, n_layers, case["d_model"], case["n_heads"], d_ff=case["d_ff"],
+                            dropout=0.0, norm_first=nf)
+            stack = getattr(module, "layers", None)
+            if not isinstance(stack, nn.ModuleList) or len(stack) != n_layers:
+                got = type(stack).__name__ if not isinstance(stack, nn.ModuleList) else f"{len(stack)} layers"
+                raise CheckFailed(f"{call}: self.layers should be an nn.ModuleList of {n_layers} encoder layers, "
+                                  f"got {got}")
+            if len({id(layer) for layer in stack}) < n_layers or _shares_parameters(stack):
+                raise CheckFailed(f"{call}: your layers share their weights; build {n_layers} separate layers "
+                                  "(a loop or comprehension that calls EncoderLayer(...) each time), "
+                                  "not [layer] * n_layers")
+            hint = ("name the stack like tfcourse.blocks.Encoder: self.layers (nn.ModuleList of encoder layers) and "
+                    "self.norm, a LayerNorm for pre-LN (norm_first=True) and nn.Identity() for post-LN")
+            _load_reference_weights(module, reference, hint)
+            module.eval()
+            x_before = x.clone()
+            actual = _run_layer(what, module, x, mask)
+        expect_unchanged([x_before], [x], what)
+        compare(actual, expected, what, mistakes, atol=ATOL, rtol=RTOL)
+    passed(f"Encoder matches the reference on {len(cases)} stacks (post-LN and pre-LN)" + _suffix(hidden))
+
+
+def _shares_parameters(layers: nn.ModuleList) -> bool:
+    seen: set[int] = set()
+    for layer in layers:
+        ids = {id(p) for p in layer.parameters()}
+        if ids & seen:
+            return True
+        seen |= ids
+    return False
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercise: table 3-1, the shape at every stage
+# ----------------------------------------------------------------------------------------------
+
+SHAPE_KEYS = (
+    "src_ids", "src_embeddings", "encoder_input", "q", "q_heads", "encoder_attn_weights", "attn_output",
+    "encoder_layer_output", "memory", "tgt_ids", "decoder_input", "decoder_self_attn_weights",
+    "cross_attn_weights", "decoder_output", "logits", "probs",
+)
+
+
+def trace_shapes(batch: int, n: int, m: int, d_model: int, n_heads: int, vocab_size: int) -> dict[str, tuple]:
+    """Run a tiny encoder-decoder built from the package on random ids and record every stage's shape."""
+    torch.manual_seed(0)
+    embed = InputEmbedding(vocab_size, d_model, max_len=max(n, m), dropout=0.0)
+    encoder = Encoder(2, d_model, n_heads, dropout=0.0).eval()
+    decoder = Decoder(2, d_model, n_heads, dropout=0.0).eval()
+    output = nn.Linear(d_model, vocab_size)
+    shapes: dict[str, tuple] = {}
+    with torch.no_grad():
+        src = torch.randint(0, vocab_size, (batch, n))
+        shapes["src_ids"] = tuple(src.shape)
+        shapes["src_embeddings"] = tuple(embed.token(src).shape)
+        x = embed(src)
+        shapes["encoder_input"] = tuple(x.shape)
+        attn = encoder.layers[0].self_attn
+        q = attn.w_q(x)
+        shapes["q"] = tuple(q.shape)
+        shapes["q_heads"] = tuple(attn.split_heads(q).shape)
+        out, weights = attn(x, return_weights=True)
+        shapes["encoder_attn_weights"] = tuple(weights.shape)
+        shapes["attn_output"] = tuple(out.shape)
+        shapes["encoder_layer_output"] = tuple(encoder.layers[0](x).shape)
+        memory = encoder(x)
+        shapes["memory"] = tuple(memory.shape)
+        tgt = torch.randint(0, vocab_size, (batch, m))
+        shapes["tgt_ids"] = tuple(tgt.shape)
+        y = embed(tgt)
+        shapes["decoder_input"] = tuple(y.shape)
+        layer = decoder.layers[0]
+        _, self_weights = layer.self_attn(y, mask=causal_mask(m), return_weights=True)
+        shapes["decoder_self_attn_weights"] = tuple(self_weights.shape)
+        _, cross_weights = layer.cross_attn(y, memory, return_weights=True)
+        shapes["cross_attn_weights"] = tuple(cross_weights.shape)
+        hidden = decoder(y, memory, causal_mask(m))
+        shapes["decoder_output"] = tuple(hidden.shape)
+        logits = output(hidden)
+        shapes["logits"] = tuple(logits.shape)
+        shapes["probs"] = tuple(torch.softmax(logits, dim=-1).shape)
+    return shapes
+
+
+def _shape_mistakes(key: str, batch: int, n: int, m: int, d_model: int, n_heads: int,
+                    vocab: int) -> dict[tuple, str]:
+    d_head = d_model // n_heads
+    per_key: dict[str, dict[tuple, str]] = {
+        "q_heads": {
+            (batch, n, n_heads, d_head): "(B, n, n_heads, d_head) is the shape *before* the transpose: the heads are "
+                                         "moved in front of time, (B, n_heads, n, d_head)",
+            (batch, n, d_model): "after the split each head holds d_head = d_model / n_heads features: "
+                                 "(B, n_heads, n, d_head)",
+        },
+        "encoder_attn_weights": {
+            (batch, n_heads, n, d_head): "attention weights hold one number per (query, key) pair: "
+                                         "(B, n_heads, T_q, T_k)",
+            (batch, n, n): "every head has its own weights: (B, n_heads, n, n)",
+        },
+        "decoder_self_attn_weights": {
+            (batch, n_heads, m, n): "the decoder's *self*-attention pairs target with target positions: "
+                                    "(B, n_heads, m, m)",
+        },
+        "cross_attn_weights": {
+            (batch, n_heads, n, m): "rows are the queries (from the decoder, m of them), columns the keys "
+                                    "(from the encoder output H, n of them): (B, n_heads, m, n)",
+            (batch, n_heads, m, m): "cross-attention keys come from the encoder output H (length n): "
+                                    "(B, n_heads, m, n)",
+        },
+        "decoder_output": {
+            (batch, n, d_model): "the decoder keeps the *target* length m: (B, m, d_model)",
+        },
+        "logits": {
+            (batch, m, d_model): "the output linear layer projects d_model to the vocabulary: (B, m, V)",
+            (batch, n, vocab): "logits are per *target* position: (B, m, V)",
+        },
+        "probs": {
+            (batch, m): "softmax turns the scores into a distribution but keeps the shape: (B, m, V)",
+        },
+    }
+    return per_key.get(key, {})
+
+
+@_one_thread
+def check_shape_table(learner_fn: Any, hidden: bool = False) -> None:
+    """The learner's table 3-1 (a dict stage -> shape) against shapes traced through a real model."""
+    cases = [(2, 6, 8, 16, 4, 30), (1, 3, 5, 12, 3, 11)]
+    if hidden:
+        cases = [(4, 1, 1, 8, 2, 7), (3, 9, 4, 24, 6, 50), (1, 7, 7, 32, 8, 19)]
+    for batch, n, m, d_model, n_heads, vocab in cases:
+        expected = trace_shapes(batch, n, m, d_model, n_heads, vocab)
+        what = f"table(B={batch}, n={n}, m={m}, d_model={d_model}, n_heads={n_heads}, vocab_size={vocab})"
+        with off_limits(SHAPE_TABLE_OFF_LIMITS, "table 3-1", learner_namespaces(learner_fn)):
+            table = call_learner(what, learner_fn, batch, n, m, d_model, n_heads, vocab)
+        if not isinstance(table, dict):
+            raise CheckFailed(f"{what}: return a dict stage -> shape, got {type(table).__name__}")
+        missing = [k for k in SHAPE_KEYS if k not in table]
+        extra = [k for k in table if k not in SHAPE_KEYS]
+        if missing:
+            raise CheckFailed(f"{what}: your table lacks the stages {missing}")
+        if extra:
+            raise CheckFailed(f"{what}: unknown stages {extra}; the stages are {list(SHAPE_KEYS)}")
+        for key in SHAPE_KEYS:
+            value = table[key]
+            if not isinstance(value, (tuple, list, torch.Size)) or not all(
+                    isinstance(s, int) and not isinstance(s, bool) for s in value):
+                raise CheckFailed(f"{what}: table[{key!r}] should be a tuple of ints, got {value!r}")
+            got = tuple(value)
+            if got != expected[key]:
+                reason = _shape_mistakes(key, batch, n, m, d_model, n_heads, vocab).get(got, "")
+                raise CheckFailed(f"{what}: table[{key!r}] is {got}, but the real tensor has shape {expected[key]}"
+                                  + (f" — {reason}" if reason else ""))
+    passed(f"your table 3-1 matches the traced shapes for {len(cases)} settings" + _suffix(hidden))
+
+
+__all__ = [
+    "check_layer_norm",
+    "check_sublayer_connection",
+    "check_encoder_layer",
+    "check_decoder_layer",
+    "check_encoder",
+    "check_shape_table",
+    "trace_shapes",
+    "SHAPE_KEYS",
+]
+
