@@ -85,11 +85,11 @@ def _messages(autograded: Path) -> dict[str, str]:
             for c in cells if c.get("metadata", {}).get("nbgrader", {}).get("grade")}
 
 
-def _read_grades(course: Path, lesson: str) -> dict[str, tuple[float, float]]:
+def _read_grades(course: Path, lesson: str, student: str) -> dict[str, tuple[float, float]]:
     from nbgrader.api import Gradebook
 
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
-        submission = gradebook.find_submission(lesson, STUDENT)
+        submission = gradebook.find_submission(lesson, student)
         return {g.name: (float(g.score), float(g.max_score))
                 for notebook in submission.notebooks for g in notebook.grades}
 
@@ -102,42 +102,69 @@ def _unreadable(path: Path) -> str | None:
     return None
 
 
-def grade_lesson(lesson: str, notebook: Path | None, solutions: Path, report_dir: Path,
-                 repo_config: Path, timeout: int | None = None) -> LessonGrade:
-    """Autograde one lesson; `notebook` is the learner's file (read, never written)."""
+def _prepare_course(course: Path, lesson: str, solutions: Path, repo_config: Path) -> Path:
+    """A temporary nbgrader course holding one lesson's source; returns its release notebook."""
     source = solutions / lesson / f"{lesson}.ipynb"
     if not source.exists():
         raise GradingError(f"no source notebook {source}: run tfcourse grade from the course folder")
-    result = LessonGrade(lesson, notebook)
-    if notebook is None or not notebook.exists():
-        result.problem = f"missing: expected your notebook at notebooks/{lesson}/{lesson}.ipynb"
-    elif problem := _unreadable(notebook):
-        result.problem = problem
+    (course / "nbgrader_config.py").write_text(_course_config(repo_config))
+    shutil.copytree(solutions / lesson, course / "solutions" / lesson)
+    done = _nbgrader(["generate_assignment", lesson, "--force"], course, None)
+    if done.returncode != 0:
+        raise GradingError(f"nbgrader generate_assignment {lesson} failed:\n{done.stderr[-2000:]}")
+    return course / "notebooks" / lesson / f"{lesson}.ipynb"
+
+
+def _all_zero(result: LessonGrade, release: Path, problem: str) -> LessonGrade:
+    result.problem = problem
+    result.exercises = [ExerciseGrade(gid, 0.0, mx, problem) for gid, mx in _max_points(release).items()]
+    return result
+
+
+def grade_submissions(lesson: str, notebooks: dict[str, Path | None], solutions: Path, repo_config: Path,
+                      report_dir: Path | None = None, timeout: int | None = None) -> dict[str, LessonGrade]:
+    """Autograde several submissions of one lesson in one temporary course.
+
+    notebooks maps a student name to their notebook (read, never written; None = missing).
+    """
+    results: dict[str, LessonGrade] = {}
     with tempfile.TemporaryDirectory(prefix="tfcourse-grade-") as tmp:
         course = Path(tmp)
-        (course / "nbgrader_config.py").write_text(_course_config(repo_config))
-        shutil.copytree(solutions / lesson, course / "solutions" / lesson)
-        done = _nbgrader(["generate_assignment", lesson, "--force"], course, None)
-        if done.returncode != 0:
-            raise GradingError(f"nbgrader generate_assignment {lesson} failed:\n{done.stderr[-2000:]}")
-        if result.problem:  # nothing to run: every exercise scores 0
-            grades = _max_points(course / "notebooks" / lesson / f"{lesson}.ipynb")
-            result.exercises = [ExerciseGrade(gid, 0.0, mx, result.problem) for gid, mx in grades.items()]
-            return result
-        submitted = course / "submitted" / STUDENT / lesson
-        submitted.mkdir(parents=True)
-        _copy_submission(notebook, submitted / f"{lesson}.ipynb")
+        release = _prepare_course(course, lesson, solutions, repo_config)
+        runnable = []
+        for student, notebook in notebooks.items():
+            results[student] = LessonGrade(lesson, notebook)
+            if notebook is None or not notebook.exists():
+                _all_zero(results[student], release, f"missing: expected your notebook at notebooks/{lesson}/{lesson}.ipynb")
+            elif problem := _unreadable(notebook):
+                _all_zero(results[student], release, problem)
+            else:
+                submitted = course / "submitted" / student / lesson
+                submitted.mkdir(parents=True)
+                _copy_submission(notebook, submitted / f"{lesson}.ipynb")
+                runnable.append(student)
+        if not runnable:
+            return results
         done = _nbgrader(["autograde", lesson, "--create", "--force"], course, timeout)
-        autograded = course / "autograded" / STUDENT / lesson / f"{lesson}.ipynb"
-        if not autograded.exists():
-            result.problem = _autograde_failure(done)
-            grades = _max_points(course / "notebooks" / lesson / f"{lesson}.ipynb")
-            result.exercises = [ExerciseGrade(gid, 0.0, mx, result.problem) for gid, mx in grades.items()]
-            return result
-        scores, messages = _read_grades(course, lesson), _messages(autograded)
-        result.exercises = [ExerciseGrade(gid, s, mx, messages.get(gid, "")) for gid, (s, mx) in scores.items()]
-        result.feedback = _feedback(course, lesson, report_dir)
-    return result
+        for student in runnable:
+            autograded = course / "autograded" / student / lesson / f"{lesson}.ipynb"
+            if not autograded.exists():
+                _all_zero(results[student], release, _autograde_failure(done))
+                continue
+            scores, messages = _read_grades(course, lesson, student), _messages(autograded)
+            results[student].exercises = [ExerciseGrade(gid, sc, mx, messages.get(gid, ""))
+                                          for gid, (sc, mx) in scores.items()]
+        if report_dir is not None:
+            _nbgrader(["generate_feedback", lesson, "--force"], course, None)
+            for student in runnable:
+                results[student].feedback = _copy_feedback(course, lesson, student, report_dir)
+    return results
+
+
+def grade_lesson(lesson: str, notebook: Path | None, solutions: Path, report_dir: Path,
+                 repo_config: Path, timeout: int | None = None) -> LessonGrade:
+    """Autograde one learner's notebook for one lesson, with an HTML feedback report."""
+    return grade_submissions(lesson, {STUDENT: notebook}, solutions, repo_config, report_dir, timeout)[STUDENT]
 
 
 def _copy_submission(notebook: Path, target: Path) -> None:
@@ -164,13 +191,12 @@ def _autograde_failure(done: subprocess.CompletedProcess) -> str:
     return "nbgrader could not grade it (see `nbgrader autograde` output)"
 
 
-def _feedback(course: Path, lesson: str, report_dir: Path) -> Path | None:
-    done = _nbgrader(["generate_feedback", lesson, "--force"], course, None)
-    html = course / "feedback" / STUDENT / lesson / f"{lesson}.html"
-    if done.returncode != 0 or not html.exists():
+def _copy_feedback(course: Path, lesson: str, student: str, report_dir: Path) -> Path | None:
+    html = course / "feedback" / student / lesson / f"{lesson}.html"
+    if not html.exists():
         return None
     report_dir.mkdir(parents=True, exist_ok=True)
-    target = report_dir / f"{lesson}.html"
+    target = report_dir / (f"{lesson}.html" if student == STUDENT else f"{lesson}-{student}.html")
     shutil.copyfile(html, target)
     return target
 
@@ -196,6 +222,15 @@ def lesson_of(path: Path, lessons: list[str]) -> str:
             if candidate == lesson or candidate.startswith(lesson[:3]):
                 return lesson
     raise GradingError(f"cannot tell which lesson {path} belongs to; expected it under notebooks/NN_topic/")
+
+
+def find_notebook(folder: Path, lesson: str) -> Path | None:
+    """notebooks/NN_topic/NN_topic.ipynb, or the only other notebook in that folder (a renamed copy)."""
+    expected = folder / f"{lesson}.ipynb"
+    if expected.exists():
+        return expected
+    others = sorted(p for p in folder.glob("*.ipynb") if not p.name.startswith("."))
+    return others[0] if len(others) == 1 else None
 
 
 def print_table(results: list[LessonGrade]) -> None:
@@ -232,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.notebooks:
             todo = [(lesson_of(p, lessons), p) for p in args.notebooks]
         else:
-            todo = [(lesson, args.course / "notebooks" / lesson / f"{lesson}.ipynb") for lesson in lessons]
+            todo = [(lesson, find_notebook(args.course / "notebooks" / lesson, lesson)) for lesson in lessons]
         results = []
         for lesson, notebook in tqdm(todo, desc="grading", unit="lesson"):
             results.append(grade_lesson(lesson, notebook, solutions, args.report_dir, config, args.timeout))
