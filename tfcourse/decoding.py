@@ -19,34 +19,45 @@ from torch import Tensor
 from .validation import expect_tensor
 
 
+def _check_filter_args(top_k: int | None, top_p: float | None) -> None:
+    if top_k is not None and top_k < 1:
+        raise ValueError(f"top_k must be >= 1, got {top_k}")
+    if top_p is not None and not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+
+
 def filter_logits(logits: Tensor, top_k: int | None = None, top_p: float | None = None) -> Tensor:
     """Set to -inf every logit outside the top-k and/or the top-p nucleus. logits: (B, V)."""
+    _check_filter_args(top_k, top_p)
     if top_k is not None:
-        if top_k < 1:
-            raise ValueError(f"top_k must be >= 1, got {top_k}")
         kth_best = torch.topk(logits, min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]  # (B, 1)
-        logits = logits.masked_fill(logits < kth_best, float("-inf"))
+        logits = logits.masked_fill(logits < kth_best, float("-inf"))  # exp(-inf) = 0: never sampled
     if top_p is not None:
-        if not 0.0 < top_p <= 1.0:
-            raise ValueError(f"top_p must be in (0, 1], got {top_p}")
-        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)  # (B, V)
-        cumulative = torch.softmax(sorted_logits, dim=-1).cumsum(dim=-1)  # (B, V)
-        # Drop a token when the tokens ranked above it already reach p; the best token always stays.
-        drop_sorted = cumulative - torch.softmax(sorted_logits, dim=-1) >= top_p  # (B, V)
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)  # (B, V), best first
+        probs = torch.softmax(sorted_logits, dim=-1)  # (B, V)
+        mass_above = probs.cumsum(dim=-1) - probs  # (B, V): probability of the tokens ranked above
+        # Drop a token when the tokens ranked above it already reach p: the token that crosses p
+        # stays, and so does the best token (nothing is ranked above it).
+        drop_sorted = mass_above >= top_p  # (B, V)
         drop = drop_sorted.scatter(-1, order, drop_sorted)  # back to vocabulary order
         logits = logits.masked_fill(drop, float("-inf"))
     return logits
 
 
-def sample_next_token(logits: Tensor, temperature: float = 1.0, top_k: int | None = None,
-                      top_p: float | None = None, generator: torch.Generator | None = None) -> Tensor:
-    """logits (B, V) for the next position -> chosen token ids (B,). temperature 0 means greedy."""
+def _check_temperature(logits: Tensor, temperature: float) -> None:
     expect_tensor(logits, "logits", ndim=2, expected="(B, V)")
     if temperature < 0:
         raise ValueError(f"temperature must be >= 0, got {temperature}")
+
+
+def sample_next_token(logits: Tensor, temperature: float = 1.0, top_k: int | None = None,
+                      top_p: float | None = None, generator: torch.Generator | None = None) -> Tensor:
+    """logits (B, V) for the next position -> chosen token ids (B,). temperature 0 means greedy."""
+    _check_temperature(logits, temperature)
     if temperature == 0:
-        return logits.argmax(dim=-1)
-    logits = filter_logits(logits.float() / temperature, top_k, top_p)
+        return logits.argmax(dim=-1)  # greedy: the limit of T -> 0
+    # Temperature first: top-p must measure the probabilities that will actually be sampled.
+    logits = filter_logits(logits.float() / temperature, top_k, top_p)  # (B, V)
     probs = torch.softmax(logits, dim=-1)  # (B, V)
     return torch.multinomial(probs, num_samples=1, generator=generator).squeeze(-1)  # (B,)
 
@@ -95,6 +106,12 @@ def length_penalty(length: int, alpha: float) -> float:
     return ((5 + length) / 6) ** alpha
 
 
+def _check_beam_args(prefix: Tensor, beam_size: int) -> None:
+    expect_tensor(prefix, "prefix", ndim=1, expected="(T,)")
+    if beam_size < 1:
+        raise ValueError(f"beam_size must be >= 1, got {beam_size}")
+
+
 def beam_search(log_probs_fn: Callable[[Tensor], Tensor], prefix: Tensor, max_new_tokens: int,
                 beam_size: int = 4, alpha: float = 0.6, eos_id: int | None = None) -> Tensor:
     """Beam search for one sequence. prefix (T,) -> best continuation (T + n,), n <= max_new_tokens.
@@ -104,9 +121,7 @@ def beam_search(log_probs_fn: Callable[[Tensor], Tensor], prefix: Tensor, max_ne
     Hypotheses that end in eos_id are finished; the best finished or surviving hypothesis by
     length-normalised score wins.
     """
-    expect_tensor(prefix, "prefix", ndim=1, expected="(T,)")
-    if beam_size < 1:
-        raise ValueError(f"beam_size must be >= 1, got {beam_size}")
+    _check_beam_args(prefix, beam_size)
     beams = prefix[None, :]  # (1, T): one hypothesis to start with
     scores = torch.zeros(1, device=prefix.device)  # total log-probability of each beam
     finished: list[tuple[float, Tensor]] = []

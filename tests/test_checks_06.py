@@ -1,0 +1,523 @@
+"""Lesson 06's checks: a correct answer passes; each usual mistake is named; the answer itself is off-limits."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import tfcourse.decoding
+import tfcourse.models
+import tfcourse.output
+from tfcourse.attention import causal_mask
+from tfcourse.blocks import Encoder
+from tfcourse.checks.core import CheckFailed, OffLimitsError
+from tfcourse.checks.models import (check_beam_search, check_cached_generation, check_cross_entropy,
+                                    check_filter_logits, check_gpt, check_log_softmax, check_parameter_count,
+                                    check_sample_next_token, check_shift_right)
+from tfcourse.decoding import length_penalty
+from tfcourse.embedding import InputEmbedding
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread is fastest and steadiest
+
+
+def assert_passes(check, obj, capfd, hidden=True):
+    check(obj, hidden=hidden)
+    out, err = capfd.readouterr()
+    assert out.startswith("✔ ") and out.count("\n") == 1, out
+    assert err == ""
+
+
+def stub(*args, **kwargs):
+    raise NotImplementedError()
+
+
+# ----------------------------------------------------------------------------------------------
+# log_softmax
+# ----------------------------------------------------------------------------------------------
+
+
+def log_softmax(logits, dim=-1):
+    shifted = logits - logits.amax(dim=dim, keepdim=True)
+    return shifted - torch.log(torch.exp(shifted).sum(dim=dim, keepdim=True))
+
+
+def test_log_softmax_passes(capfd):
+    assert_passes(check_log_softmax, log_softmax, capfd)
+
+
+def mean_shifted(z, dim=-1):
+    shifted = z - z.mean(dim=dim, keepdim=True)
+    return shifted - torch.log(torch.exp(shifted).sum(dim=dim, keepdim=True))
+
+
+LOG_SOFTMAX_MISTAKES = {
+    r"log\(exp\(z\) / Σ exp\(z\)\) \*without\*":
+        lambda z, dim=-1: torch.log(torch.exp(z) / torch.exp(z).sum(dim, keepdim=True)),
+    r"z − log Σ exp\(z\) \*without\*": lambda z, dim=-1: z - torch.log(torch.exp(z).sum(dim, keepdim=True)),
+    r"\*mean\* subtracted": lambda z, dim=-1: mean_shifted(z, dim),
+    r"log\(softmax\(z\)\)": lambda z, dim=-1: torch.log(torch.softmax(z, dim)),
+    r"softmax\(z\): the log is missing": lambda z, dim=-1: torch.softmax(z, dim),
+    r"z − max\(z\) only": lambda z, dim=-1: z - z.amax(dim, keepdim=True),
+    "wrong axis": lambda z, dim=-1: log_softmax(z, 0),
+}
+
+
+@pytest.mark.parametrize("message", LOG_SOFTMAX_MISTAKES)
+def test_log_softmax_mistakes_are_named(message):
+    with pytest.raises(CheckFailed, match=message):
+        check_log_softmax(LOG_SOFTMAX_MISTAKES[message])
+
+
+def test_log_softmax_in_place_and_off_limits():
+    def in_place(z, dim=-1):
+        z.sub_(z.amax(dim, keepdim=True))
+        return z - torch.log(torch.exp(z).sum(dim, keepdim=True))
+
+    with pytest.raises(CheckFailed, match="in place"):
+        check_log_softmax(in_place)
+    with pytest.raises(OffLimitsError, match="tfcourse.output.log_softmax"):
+        check_log_softmax(lambda z, dim=-1: tfcourse.output.log_softmax(z, dim))
+    with pytest.raises(OffLimitsError, match="torch.nn.functional.log_softmax"):
+        check_log_softmax(lambda z, dim=-1: F.log_softmax(z, dim))
+    with pytest.raises(OffLimitsError, match="torch.logsumexp"):
+        check_log_softmax(lambda z, dim=-1: z - torch.logsumexp(z, dim, keepdim=True))
+    with pytest.raises(CheckFailed, match="not implemented yet"):
+        check_log_softmax(stub)
+
+
+# ----------------------------------------------------------------------------------------------
+# cross_entropy
+# ----------------------------------------------------------------------------------------------
+
+
+def cross_entropy(logits, targets):
+    log_probs = log_softmax(logits, dim=-1).reshape(-1, logits.shape[-1])  # (N, V)
+    return -log_probs.gather(1, targets.reshape(-1, 1)).mean()
+
+
+def test_cross_entropy_passes(capfd):
+    assert_passes(check_cross_entropy, cross_entropy, capfd)
+
+
+def _nll(log_probs, targets):
+    return -log_probs.reshape(-1, log_probs.shape[-1]).gather(1, targets.reshape(-1, 1))
+
+
+CROSS_ENTROPY_MISTAKES = {
+    r"\*sum\* over positions": lambda z, t: _nll(log_softmax(z), t).sum(),
+    "minus sign is missing": lambda z, t: -_nll(log_softmax(z), t).mean(),
+    "divided by V": lambda z, t: _nll(log_softmax(z), t).sum() / z.numel(),
+    r"\*most probable\*": lambda z, t: -log_softmax(z).amax(-1).mean(),
+    "probabilities, not log-probabilities": lambda z, t: -torch.exp(-_nll(log_softmax(z), t)).mean(),
+    "naive softmax": lambda z, t: _nll(torch.log(torch.exp(z) / torch.exp(z).sum(-1, keepdim=True)), t).mean(),
+    r"log\(softmax\(z\)\)": lambda z, t: _nll(torch.log(torch.softmax(z, -1)), t).mean(),
+    r"wrong axis \(positions": lambda z, t: _nll(log_softmax(z, -2 if z.dim() == 3 else -1), t).mean(),
+    r"wrong axis \(the batch": lambda z, t: _nll(log_softmax(z, 0), t).mean(),
+}
+
+
+@pytest.mark.parametrize("message", CROSS_ENTROPY_MISTAKES)
+def test_cross_entropy_mistakes_are_named(message):
+    with pytest.raises(CheckFailed, match=message):
+        check_cross_entropy(CROSS_ENTROPY_MISTAKES[message])
+
+
+def test_cross_entropy_gradient_off_limits_and_stub():
+    with pytest.raises(CheckFailed, match="no gradient"):
+        check_cross_entropy(lambda z, t: cross_entropy(z.detach(), t))
+    with pytest.raises(OffLimitsError, match="tfcourse.output.cross_entropy"):
+        check_cross_entropy(lambda z, t: tfcourse.output.cross_entropy(z, t))
+    with pytest.raises(OffLimitsError, match="torch.nn.functional.cross_entropy"):
+        check_cross_entropy(lambda z, t: F.cross_entropy(z.reshape(-1, z.shape[-1]), t.reshape(-1)))
+    with pytest.raises(OffLimitsError, match="torch.nn.CrossEntropyLoss"):
+        check_cross_entropy(lambda z, t: nn.CrossEntropyLoss()(z.reshape(-1, z.shape[-1]), t.reshape(-1)))
+    with pytest.raises(CheckFailed, match="not implemented yet"):
+        check_cross_entropy(stub)
+
+
+# ----------------------------------------------------------------------------------------------
+# GPT
+# ----------------------------------------------------------------------------------------------
+
+
+class MiniGPT(nn.Module):
+    def __init__(self, config, mask="causal", softmax=False, tie=True, skip_blocks=False, bias=False):
+        super().__init__()
+        c = config
+        self.embed = InputEmbedding(c.vocab_size, c.d_model, c.max_len, c.dropout, c.positional,
+                                    scale=c.scale_embedding)
+        self.blocks = Encoder(c.n_layers, c.d_model, c.n_heads, c.d_ff, c.dropout, c.norm_first, c.activation)
+        self.output = nn.Linear(c.d_model, c.vocab_size, bias=bias)
+        if c.tie_weights and tie:
+            self.output.weight = self.embed.token.weight
+        self.mask, self.softmax, self.skip_blocks = mask, softmax, skip_blocks
+
+    def forward(self, ids):
+        length = ids.shape[1]
+        mask = {"causal": causal_mask(length), "none": None, "inverted": ~causal_mask(length)}[self.mask]
+        x = self.embed(ids)
+        logits = self.output(x if self.skip_blocks else self.blocks(x, mask))
+        return torch.softmax(logits, -1) if self.softmax else logits
+
+
+def variant(**kwargs):
+    class Variant(MiniGPT):
+        def __init__(self, config):
+            super().__init__(config, **kwargs)
+
+    return Variant
+
+
+def test_gpt_passes(capfd):
+    assert_passes(check_gpt, MiniGPT, capfd)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"mask": "none"}, r"\*without\* the causal mask"),
+    ({"mask": "inverted"}, "mask inverted"),
+    ({"softmax": True}, r"softmax\(logits\)"),
+    ({"skip_blocks": True}, "blocks are skipped"),
+    ({"tie": False}, "weight tying"),
+    ({"bias": True}, "do not match tfcourse.models.GPT's"),
+])
+def test_gpt_mistakes_are_named(kwargs, message):
+    with pytest.raises(CheckFailed, match=message):
+        check_gpt(variant(**kwargs))
+
+
+def test_gpt_off_limits_and_stub():
+    class Borrowed(nn.Module):
+        def __init__(self, config):
+            super().__init__()
+            self.inner = tfcourse.models.GPT(config)
+
+    with pytest.raises(OffLimitsError, match="tfcourse.models.GPT"):
+        check_gpt(Borrowed)
+
+    class TorchBlocks(MiniGPT):
+        def __init__(self, config):
+            super().__init__(config)
+            self.extra = nn.TransformerEncoderLayer(config.d_model, config.n_heads)
+
+    with pytest.raises(OffLimitsError, match="torch.nn.TransformerEncoderLayer"):
+        check_gpt(TorchBlocks)
+
+    class Stub(nn.Module):
+        def __init__(self, config):
+            raise NotImplementedError()
+
+    with pytest.raises(CheckFailed, match="not implemented yet"):
+        check_gpt(Stub)
+
+
+# ----------------------------------------------------------------------------------------------
+# parameter count
+# ----------------------------------------------------------------------------------------------
+
+
+def parameter_count(config, bias=True, norms=True, cross=True, once=True, output_bias=False, pe=False):
+    d = config.d_model
+    d_ff = config.d_ff if config.d_ff is not None else 4 * d
+    b = int(bias)
+    attention = 4 * (d * d + b * d)
+    ffn = d * d_ff + b * d_ff + d_ff * d + b * d
+    norm = 2 * d if norms else 0
+    encoder_layer = attention + ffn + 2 * norm
+    decoder_layer = (2 if cross else 1) * attention + ffn + (3 if cross else 2) * norm
+    embeddings = config.src_vocab_size * d
+    if not (config.share_embeddings and once):
+        embeddings += config.tgt_vocab_size * d
+    if not (config.tie_output and once):
+        embeddings += d * config.tgt_vocab_size
+    embeddings += config.tgt_vocab_size if output_bias else 0
+    embeddings += 2 * config.max_len * d if pe else 0
+    return embeddings + config.n_layers * (encoder_layer + decoder_layer)
+
+
+def test_parameter_count_passes(capfd):
+    assert_passes(check_parameter_count, parameter_count, capfd)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"bias": False}, r"\*without\* the bias"),
+    ({"norms": False}, "LayerNorm"),
+    ({"cross": False}, "cross-attention"),
+    ({"once": False}, "count it once"),
+    ({"output_bias": True}, "output layer with a bias"),
+    ({"pe": True}, "fixed buffer"),
+])
+def test_parameter_count_mistakes_are_named(kwargs, message):
+    with pytest.raises(CheckFailed, match=message):
+        check_parameter_count(lambda config: parameter_count(config, **kwargs))
+
+
+def test_parameter_count_off_limits_and_stub():
+    with pytest.raises(OffLimitsError, match="tfcourse.models.count_parameters"):
+        check_parameter_count(lambda c: tfcourse.models.count_parameters(nn.Linear(2, 2)))
+    with pytest.raises(OffLimitsError, match="tfcourse.models.Transformer"):
+        check_parameter_count(lambda c: sum(p.numel() for p in tfcourse.models.Transformer(c).parameters()))
+    with pytest.raises(OffLimitsError, match="torch.nn.Transformer"):
+        check_parameter_count(lambda c: sum(p.numel() for p in nn.Transformer(c.d_model).parameters()))
+    with pytest.raises(CheckFailed, match="return a Python int"):
+        check_parameter_count(lambda c: float(parameter_count(c)))
+    with pytest.raises(CheckFailed, match="not implemented yet"):
+        check_parameter_count(stub)
+
+
+# ----------------------------------------------------------------------------------------------
+# shift_right
+# ----------------------------------------------------------------------------------------------
+
+
+def shift_right(tgt, bos_id):
+    bos = torch.full((tgt.shape[0], 1), bos_id, dtype=tgt.dtype, device=tgt.device)  # (B, 1)
+    return torch.cat([bos, tgt[:, :-1]], dim=1)  # (B, T)
+
+
+def test_shift_right_passes(capfd):
+    assert_passes(check_shift_right, shift_right, capfd)
+
+
+def _bos(tgt, bos_id):
+    return torch.full((tgt.shape[0], 1), bos_id, dtype=tgt.dtype)
+
+
+@pytest.mark.parametrize("fn, message", [
+    (lambda t, b: torch.cat([t[:, 1:], _bos(t, b)], 1), r"shifted \*left\*"),
+    (lambda t, b: torch.cat([_bos(t, b), t[:, 1:]], 1), "written over the first token"),
+    (lambda t, b: torch.roll(t, 1, dims=1), "wraps round"),
+    (lambda t, b: torch.cat([torch.full((1, t.shape[1]), b), t[:-1]], 0), "batch axis"),
+    (lambda t, b: torch.cat([_bos(t, b), t], 1), r"T \+ 1"),
+])
+def test_shift_right_mistakes_are_named(fn, message):
+    with pytest.raises(CheckFailed, match=message):
+        check_shift_right(fn)
+
+
+def test_shift_right_in_place_and_stub():
+    def in_place(tgt, bos_id):
+        tgt[:, 1:] = tgt[:, :-1].clone()
+        tgt[:, 0] = bos_id
+        return tgt
+
+    with pytest.raises(CheckFailed, match="in place"):
+        check_shift_right(in_place)
+    with pytest.raises(CheckFailed, match="not implemented yet"):
+        check_shift_right(stub)
+
+
+# ----------------------------------------------------------------------------------------------
+# filter_logits and sample_next_token
+# ----------------------------------------------------------------------------------------------
+
+
+def filter_logits(logits, top_k=None, top_p=None, k_shift=0, keep_crossing=True, fill=float("-inf"), dim=-1,
+                  p_after_k=True):
+    original = logits
+    if dim == 0:
+        return filter_logits(logits.T, top_k, top_p).T
+    if top_k is not None:
+        k = min(top_k + k_shift, logits.shape[-1])
+        kth_best = torch.topk(logits, k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth_best, fill)
+    if top_p is not None:
+        source = logits if p_after_k else original
+        sorted_logits, order = torch.sort(source, dim=-1, descending=True)
+        probs = torch.softmax(sorted_logits, dim=-1)
+        cumulative = probs.cumsum(dim=-1)
+        drop_sorted = (cumulative - probs >= top_p) if keep_crossing else (cumulative > top_p)
+        drop = drop_sorted.scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, fill)
+    return logits
+
+
+def test_filter_logits_passes(capfd):
+    assert_passes(check_filter_logits, filter_logits, capfd)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"k_shift": 1}, r"k \+ 1"),
+    ({"k_shift": -1}, "k − 1"),
+    ({"keep_crossing": False}, "crosses p"),
+    ({"fill": 0.0}, "set to 0"),
+    ({"dim": 0}, "wrong axis"),
+    ({"p_after_k": False}, "unfiltered distribution"),
+])
+def test_filter_logits_mistakes_are_named(kwargs, message):
+    with pytest.raises(CheckFailed, match=message):
+        check_filter_logits(lambda logits, k=None, p=None: filter_logits(logits, k, p, **kwargs))
+
+
+def test_filter_logits_says_how_many_tokens_are_kept():
+    with pytest.raises(CheckFailed, match="you keep .* tokens per row, the reference keeps"):
+        check_filter_logits(lambda logits, k=None, p=None: filter_logits(logits, None if k is None else k + 2, p))
+    with pytest.raises(CheckFailed, match="their logits changed"):
+        check_filter_logits(lambda logits, k=None, p=None: filter_logits(logits, k, p) * 2)
+
+
+def test_filter_logits_in_place_off_limits_and_stub():
+    def in_place(logits, top_k=None, top_p=None):
+        result = filter_logits(logits, top_k, top_p)
+        logits.copy_(result)
+        return logits
+
+    with pytest.raises(CheckFailed, match="in place"):
+        check_filter_logits(in_place)
+    with pytest.raises(OffLimitsError, match="tfcourse.decoding.filter_logits"):
+        check_filter_logits(lambda logits, k=None, p=None: tfcourse.decoding.filter_logits(logits, k, p))
+    with pytest.raises(CheckFailed, match="not implemented yet"):
+        check_filter_logits(stub)
+
+
+def sample_next_token(logits, temperature=1.0, top_k=None, top_p=None, generator=None, mistake=None):
+    if temperature == 0 and mistake != "no greedy":
+        return logits.argmax(dim=-1)
+    if mistake == "after softmax":
+        probs = torch.softmax(filter_logits(logits, top_k, top_p), dim=-1) / temperature
+    elif mistake == "filter first":
+        probs = torch.softmax(filter_logits(logits, top_k, top_p) / temperature, dim=-1)
+    else:
+        scaled = logits * temperature if mistake == "multiply" else logits / temperature
+        filtered = scaled if mistake == "no filter" else filter_logits(scaled, top_k, top_p)
+        probs = torch.softmax(filtered, dim=-1)
+    draws = torch.multinomial(probs, 1, generator=None if mistake == "no generator" else generator)
+    return draws if mistake == "keepdim" else draws.squeeze(-1)
+
+
+def test_sample_next_token_passes(capfd):
+    assert_passes(check_sample_next_token, sample_next_token, capfd)
+
+
+@pytest.mark.parametrize("mistake, message", [
+    ("after softmax", r"\*after\* softmax"),
+    ("multiply", r"\*multiplied\*"),
+    ("no filter", "without top-k / top-p filtering"),
+    ("filter first", r"top-p applied \*before\*"),
+    ("no greedy", "temperature 0 means greedy"),
+    ("no generator", "pass the generator"),
+    ("keepdim", r"not \(B, 1\)"),
+])
+def test_sample_next_token_mistakes_are_named(mistake, message):
+    with pytest.raises(CheckFailed, match=message):
+        check_sample_next_token(lambda logits, t=1.0, k=None, p=None, g=None:
+                                sample_next_token(logits, t, k, p, g, mistake=mistake))
+
+
+def test_sample_next_token_off_limits_and_stub():
+    with pytest.raises(OffLimitsError, match="tfcourse.decoding.sample_next_token"):
+        check_sample_next_token(lambda logits, t=1.0, k=None, p=None, g=None:
+                                tfcourse.decoding.sample_next_token(logits, t, k, p, g))
+    def borrowed_filter(logits, t=1.0, k=None, p=None, g=None):
+        filtered = tfcourse.decoding.filter_logits(logits / max(t, 1e-3), k, p)
+        return torch.multinomial(torch.softmax(filtered, -1), 1, generator=g).squeeze(-1)
+
+    with pytest.raises(OffLimitsError, match="tfcourse.decoding.filter_logits"):
+        check_sample_next_token(borrowed_filter)
+    with pytest.raises(CheckFailed, match="not implemented yet"):
+        check_sample_next_token(stub)
+
+
+# ----------------------------------------------------------------------------------------------
+# beam search
+# ----------------------------------------------------------------------------------------------
+
+
+def beam_search(log_probs_fn, prefix, max_new_tokens, beam_size=4, alpha=0.6, eos_id=None, mistake=None):
+    beams = prefix[None, :]
+    scores = torch.zeros(1)
+    finished = []
+    for step in range(1, max_new_tokens + 1):
+        log_probs = log_probs_fn(beams)
+        vocab = log_probs.shape[-1]
+        if mistake == "last":
+            top_last, top_index = log_probs.reshape(-1).topk(min(beam_size, log_probs.numel()))
+            top_scores = scores[top_index // vocab] + top_last
+        else:
+            candidates = (scores[:, None] + log_probs).reshape(-1)
+            top_scores, top_index = candidates.topk(min(beam_size, candidates.numel()))
+        beam_index, token = top_index // vocab, top_index % vocab
+        beams = torch.cat([beams[beam_index], token[:, None]], dim=1)
+        scores = top_scores
+        if eos_id is not None and mistake != "no eos":
+            ended = token == eos_id
+            for seq, score in zip(beams[ended], scores[ended]):
+                finished.append((score.item() / length_penalty(step, 0.0 if mistake == "no penalty" else alpha), seq))
+            beams, scores = beams[~ended], scores[~ended]
+            if len(finished) >= beam_size or beams.shape[0] == 0:
+                break
+    a = 0.0 if mistake == "no penalty" else alpha
+    survivors = [(s.item() / length_penalty(beams.shape[1] - prefix.shape[0], a), b) for s, b in zip(scores, beams)]
+    best = max(finished + survivors, key=lambda pair: pair[0])[1]
+    return best[prefix.shape[0]:] if mistake == "no prefix" else best
+
+
+def test_beam_search_passes(capfd):
+    assert_passes(check_beam_search, beam_search, capfd)
+
+
+@pytest.mark.parametrize("mistake, message", [
+    ("no penalty", r"\*without\* the length penalty"),
+    ("last", "last token's log-probability only"),
+    ("no eos", "after <eos>"),
+    ("no prefix", "must start with the prefix"),
+])
+def test_beam_search_mistakes_are_named(mistake, message):
+    with pytest.raises(CheckFailed, match=message):
+        check_beam_search(lambda fn, prefix, n, beam=4, alpha=0.6, eos=None:
+                          beam_search(fn, prefix, n, beam, alpha, eos, mistake=mistake))
+
+
+def test_beam_one_must_be_greedy_and_off_limits():
+    def always_first_token(fn, prefix, n, beam=4, alpha=0.6, eos=None):
+        return torch.cat([prefix, torch.zeros(n, dtype=prefix.dtype)])
+
+    with pytest.raises(CheckFailed, match="must equal greedy"):
+        check_beam_search(always_first_token)
+    with pytest.raises(OffLimitsError, match="tfcourse.decoding.beam_search"):
+        check_beam_search(lambda fn, prefix, n, beam=4, alpha=0.6, eos=None:
+                          tfcourse.decoding.beam_search(fn, prefix, n, beam, alpha, eos))
+    with pytest.raises(CheckFailed, match="not implemented yet"):
+        check_beam_search(stub)
+
+
+# ----------------------------------------------------------------------------------------------
+# cached generation
+# ----------------------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def greedy_generate_cached(model, ids, max_new_tokens, mistake=None):
+    if mistake != "no eval":
+        model.eval()
+    caches = None if mistake == "no cache" else model.make_caches()
+    new_input = ids
+    for _ in range(max_new_tokens):
+        logits = model(new_input, caches)[:, -1]
+        next_id = logits.argmax(dim=-1, keepdim=True)
+        ids = torch.cat([ids, next_id], dim=1)
+        new_input = ids if mistake == "whole" else (ids if caches is None else next_id)
+    return ids[:, -max_new_tokens:] if mistake == "new only" else ids
+
+
+def test_cached_generation_passes(capfd):
+    assert_passes(check_cached_generation, greedy_generate_cached, capfd)
+
+
+@pytest.mark.parametrize("mistake, message", [
+    ("no eval", "model.eval()"),
+    ("no cache", "without caches"),
+    ("whole", "feed only the newest token"),
+    ("new only", "not the new tokens alone"),
+])
+def test_cached_generation_mistakes_are_named(mistake, message):
+    with pytest.raises(CheckFailed, match=message):
+        check_cached_generation(lambda model, ids, n: greedy_generate_cached(model, ids, n, mistake=mistake))
+
+
+def test_cached_generation_off_limits_and_stub():
+    with pytest.raises(OffLimitsError, match="tfcourse.decoding.generate"):
+        check_cached_generation(lambda model, ids, n: tfcourse.decoding.generate(model, ids, n, temperature=0))
+    with pytest.raises(CheckFailed, match="not implemented yet"):
+        check_cached_generation(stub)

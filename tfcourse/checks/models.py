@@ -1,0 +1,875 @@
+"""Checks for lesson 06: the output layer, whole models and decoding.
+
+log_softmax / cross_entropy (the output layer and its loss), a GPT assembled from tfcourse parts,
+the parameter count of the paper's base model, shift_right (teacher forcing), filter_logits and
+sample_next_token (sampling), beam_search, and greedy generation with a key/value cache.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ..attention import causal_mask
+from ..decoding import beam_search as reference_beam_search
+from ..decoding import filter_logits as reference_filter_logits
+from ..decoding import generate as reference_generate
+from ..decoding import length_penalty
+from ..decoding import sample_next_token as reference_sample_next_token
+from ..models import GPT, GPTConfig, Transformer, TransformerConfig, count_parameters
+from ..output import cross_entropy as reference_cross_entropy
+from ..output import log_softmax as reference_log_softmax
+from .core import (CheckFailed, OffLimitsError, call_learner, compare, expect_unchanged, learner_namespaces,
+                   off_limits, passed)
+
+# ----------------------------------------------------------------------------------------------
+# What each exercise may not call
+# ----------------------------------------------------------------------------------------------
+
+LOG_SOFTMAX_OFF_LIMITS = [
+    "tfcourse.output.log_softmax",
+    "tfcourse.output.softmax",
+    "tfcourse.output.cross_entropy",
+    "torch.nn.functional.log_softmax",
+    "torch.log_softmax",
+    "torch.Tensor.log_softmax",
+    "torch.special.log_softmax",
+    "torch.nn.functional.cross_entropy",
+    "torch.nn.functional.nll_loss",
+    "torch.logsumexp",
+    "torch.Tensor.logsumexp",
+    "torch.special.logsumexp",
+    "torch.nn.LogSoftmax",
+    "torch.nn.CrossEntropyLoss",
+    "torch.nn.NLLLoss",
+]
+CROSS_ENTROPY_OFF_LIMITS = LOG_SOFTMAX_OFF_LIMITS
+GPT_OFF_LIMITS = [
+    "tfcourse.models.GPT",
+    "tfcourse.models.Transformer",
+    "tfcourse.models.EncoderOnly",
+    "torch.nn.Transformer",
+    "torch.nn.TransformerEncoder",
+    "torch.nn.TransformerEncoderLayer",
+    "torch.nn.TransformerDecoderLayer",
+]
+PARAMETER_COUNT_OFF_LIMITS = [
+    "tfcourse.models.count_parameters",
+    "tfcourse.models.Transformer",
+    "torch.nn.Transformer",
+]
+SHIFT_RIGHT_OFF_LIMITS: list[str] = []  # there is no library function to borrow
+FILTER_OFF_LIMITS = [
+    "tfcourse.decoding.filter_logits",
+    "tfcourse.decoding.sample_next_token",
+]
+SAMPLE_OFF_LIMITS = [
+    "tfcourse.decoding.sample_next_token",
+    "tfcourse.decoding.filter_logits",
+    "tfcourse.decoding.generate",
+    "tfcourse.decoding.translate",
+]
+BEAM_OFF_LIMITS = [
+    "tfcourse.decoding.beam_search",
+    "tfcourse.decoding.beam_search_gpt",
+    "tfcourse.decoding.translate_beam",
+]
+CACHED_GENERATION_OFF_LIMITS = [
+    "tfcourse.decoding.generate",
+    "tfcourse.decoding.sample_next_token",
+    "tfcourse.decoding.translate",
+    "tfcourse.decoding.beam_search_gpt",
+]
+
+
+def _hidden_note(hidden: bool) -> str:
+    return " (hidden cases included)" if hidden else ""
+
+
+def _same_including_inf(actual: Tensor, wrong: Tensor, atol: float, rtol: float) -> bool:
+    """Equal values, and NaN / ±inf in the same places (for mistakes that overflow)."""
+    if not isinstance(actual, Tensor) or actual.shape != wrong.shape:
+        return False
+    return bool(torch.allclose(actual.detach().double(), wrong.double(), atol=atol, rtol=rtol, equal_nan=True))
+
+
+def _name_overflow(actual: Any, expected: Tensor, what: str, mistakes: Mapping[str, Tensor],
+                   atol: float, rtol: float) -> None:
+    """When the output has NaN/inf where the reference is finite, say which unstable formula it matches."""
+    if not isinstance(actual, Tensor) or actual.shape != expected.shape or not actual.is_floating_point():
+        return
+    if torch.isfinite(actual.detach()).all() or not torch.isfinite(expected).all():
+        return
+    for description, wrong in mistakes.items():
+        if not torch.isfinite(wrong).all() and _same_including_inf(actual, wrong, atol, rtol):
+            raise CheckFailed(f"{what}: your output equals {description}")
+    raise CheckFailed(f"{what}: your output contains NaN or inf where the reference is finite — "
+                      "subtract the maximum before exp() so that the largest exponent is exp(0) = 1")
+
+
+# ----------------------------------------------------------------------------------------------
+# log_softmax
+# ----------------------------------------------------------------------------------------------
+
+
+def _log_softmax_mistakes(z: Tensor, dim: int) -> dict[str, Tensor]:
+    ndim = z.dim()
+    dim = dim % ndim
+    exp = torch.exp(z)
+    shifted_mean = z - z.mean(dim=dim, keepdim=True)
+    stable_probs = torch.softmax(z, dim=dim)
+    mistakes = {
+        "log(exp(z) / Σ exp(z)) *without* subtracting the maximum: exp overflows to inf for large logits":
+            torch.log(exp / exp.sum(dim=dim, keepdim=True)),
+        "log-softmax with the *mean* subtracted instead of the max: the largest exponent can still overflow":
+            shifted_mean - torch.log(torch.exp(shifted_mean).sum(dim=dim, keepdim=True)),
+        "z − log Σ exp(z) *without* subtracting the maximum: exp overflows to inf for large logits":
+            z - torch.log(exp.sum(dim=dim, keepdim=True)),
+        "log(softmax(z)): tiny probabilities underflow to 0 and log(0) = −inf; stay in log space":
+            torch.log(stable_probs),
+        "softmax(z): the log is missing": stable_probs,
+        "z − max(z) only: the − log Σ exp(z − max) term is missing":
+            z - z.amax(dim=dim, keepdim=True),
+    }
+    for other in range(ndim):
+        if other != dim:
+            mistakes[f"log-softmax over the wrong axis (dim={other - ndim}, not dim={dim - ndim})"] = \
+                reference_log_softmax(z, other)
+    return mistakes
+
+
+def check_log_softmax(learner_fn: Callable, hidden: bool = False) -> None:
+    """log_softmax(z, dim) = (z − m) − log Σ exp(z − m) with m the maximum along dim."""
+    gen = torch.Generator().manual_seed(0)
+    base = torch.randn(3, 7, generator=gen)
+    cases: list[tuple[str, Tensor, int]] = [
+        ("logits (3, 7)", base, -1),
+        ("logits (2, 4, 9)", torch.randn(2, 4, 9, generator=gen), -1),
+        ("logits + 100", base + 100, -1),
+        ("logits × 1000", base * 1000, -1),
+    ]
+    if hidden:
+        cases += [
+            ("logits (2, 6, 3) with dim=1", torch.randn(2, 6, 3, generator=gen) * 3, 1),
+            ("one position, logits (1, 1, 5)", torch.randn(1, 1, 5, generator=gen), -1),
+            ("logits − 1000 (every exp underflows)", torch.randn(4, 5, generator=gen) - 1000, -1),
+            ("logits × 1000 + 100, float64", (torch.randn(2, 8, generator=gen) * 1000 + 100).double(), -1),
+            ("a vocabulary of one, logits (3, 1)", torch.randn(3, 1, generator=gen), -1),
+        ]
+    prepared = []
+    for name, z, dim in cases:
+        with torch.no_grad():
+            prepared.append((name, z, dim, reference_log_softmax(z, dim), _log_softmax_mistakes(z, dim)))
+    with off_limits(LOG_SOFTMAX_OFF_LIMITS, "log_softmax", learner_namespaces(learner_fn)):
+        for name, z, dim, expected, mistakes in prepared:
+            before = z.clone()
+            actual = call_learner(f"log_softmax({name}, dim={dim})", learner_fn, z, dim)
+            expect_unchanged([before], [z], "log_softmax")
+            what = f"log_softmax for {name}, dim={dim}"
+            _name_overflow(actual, expected, what, mistakes, atol=1e-4, rtol=1e-5)
+            compare(actual, expected, what, mistakes, atol=1e-4, rtol=1e-5)
+    passed(f"log_softmax matches the reference on {len(cases)} inputs, +100 and ×1000 included, "
+           f"with no overflow{_hidden_note(hidden)}")
+
+
+# ----------------------------------------------------------------------------------------------
+# cross_entropy
+# ----------------------------------------------------------------------------------------------
+
+
+def _cross_entropy_mistakes(logits: Tensor, targets: Tensor) -> dict[str, Tensor]:
+    vocab = logits.shape[-1]
+    flat_logits, flat_targets = logits.reshape(-1, vocab), targets.reshape(-1, 1)  # (N, V), (N, 1)
+    log_probs = reference_log_softmax(flat_logits, -1)  # (N, V)
+    nll = -log_probs.gather(1, flat_targets).squeeze(1)  # (N,)
+    exp = torch.exp(flat_logits)
+    mistakes = {
+        "the *sum* over positions instead of the mean": nll.sum(),
+        "+log p instead of −log p (the minus sign is missing; a loss must be ≥ 0)": -nll.mean(),
+        "the mean over all N·V entries of −one_hot·log p (divided by V once too often)": nll.mean() / vocab,
+        "−log p of the *most probable* token instead of the target token": -log_probs.amax(-1).mean(),
+        "−p(target): probabilities, not log-probabilities": -torch.exp(-nll).mean(),
+        "cross-entropy from a naive softmax without the max subtraction: exp overflows":
+            -torch.log(exp / exp.sum(-1, keepdim=True)).gather(1, flat_targets).mean(),
+        "cross-entropy from log(softmax(z)): probabilities underflow to 0 and log(0) = −inf":
+            -torch.log(torch.softmax(flat_logits, -1)).gather(1, flat_targets).mean(),
+    }
+    if logits.dim() >= 3 and logits.shape[-2] > 1:
+        wrong_axis = reference_log_softmax(logits, -2).reshape(-1, vocab)  # normalised over positions
+        mistakes["cross-entropy with the log-softmax over the wrong axis (positions, not the vocabulary)"] = \
+            -wrong_axis.gather(1, flat_targets).mean()
+    if logits.shape[0] > 1:
+        wrong_axis = reference_log_softmax(logits, 0).reshape(-1, vocab)  # normalised over the batch
+        mistakes["cross-entropy with the log-softmax over the wrong axis (the batch, not the vocabulary)"] = \
+            -wrong_axis.gather(1, flat_targets).mean()
+    return mistakes
+
+
+def check_cross_entropy(learner_fn: Callable, hidden: bool = False) -> None:
+    """cross_entropy(logits (..., V), targets (...)) = mean over positions of −log softmax(logits)[target]."""
+    gen = torch.Generator().manual_seed(1)
+    base = torch.randn(5, 7, generator=gen)
+    base_targets = torch.randint(0, 7, (5,), generator=gen)
+    cases: list[tuple[str, Tensor, Tensor]] = [
+        ("logits (5, 7)", base, base_targets),
+        ("logits (2, 6, 11)", torch.randn(2, 6, 11, generator=gen), torch.randint(0, 11, (2, 6), generator=gen)),
+        ("logits + 100", base + 100, base_targets),
+        ("logits × 1000", base * 1000, base_targets),
+    ]
+    if hidden:
+        cases += [
+            ("one position, logits (1, 1, 9)", torch.randn(1, 1, 9, generator=gen), torch.tensor([[4]])),
+            ("logits (3, 5, 4) × 50", torch.randn(3, 5, 4, generator=gen) * 50,
+             torch.randint(0, 4, (3, 5), generator=gen)),
+            ("a confident right answer", torch.tensor([[20.0, 0.0, 0.0]]), torch.tensor([0])),
+        ]
+    prepared = []
+    for name, logits, targets in cases:
+        with torch.no_grad():
+            expected = reference_cross_entropy(logits, targets)
+            prepared.append((name, logits, targets, expected, _cross_entropy_mistakes(logits, targets)))
+    # Gradient of the mean loss: (softmax - one_hot) / N.
+    grad_logits, grad_targets = prepared[1][1], prepared[1][2]
+    vocab = grad_logits.shape[-1]
+    expected_grad = (torch.softmax(grad_logits, -1) - nn.functional.one_hot(grad_targets, vocab)) / grad_targets.numel()
+    with off_limits(CROSS_ENTROPY_OFF_LIMITS, "cross_entropy", learner_namespaces(learner_fn)):
+        for name, logits, targets, expected, mistakes in prepared:
+            before = [logits.clone(), targets.clone()]
+            actual = call_learner(f"cross_entropy({name}, targets)", learner_fn, logits, targets)
+            expect_unchanged(before, [logits, targets], "cross_entropy")
+            what = f"cross-entropy for {name}"
+            _name_overflow(actual, expected, what, mistakes, atol=1e-4, rtol=1e-5)
+            compare(actual, expected, what, mistakes, atol=1e-4, rtol=1e-5)
+        leaf = grad_logits.clone().requires_grad_(True)
+        loss = call_learner("cross_entropy(logits, targets) with gradients", learner_fn, leaf, grad_targets)
+        if not isinstance(loss, Tensor) or loss.grad_fn is None:
+            raise CheckFailed("cross_entropy: the loss has no gradient (grad_fn is None); keep every step a torch "
+                              "operation on the logits — no .item(), .detach() or NumPy")
+        call_learner("loss.backward()", loss.backward)
+    compare(leaf.grad, expected_grad, "the gradient of your loss with respect to the logits", atol=1e-5, rtol=1e-4)
+    passed(f"cross_entropy matches the reference on {len(cases)} inputs (finite for +100 and ×1000) "
+           f"and its gradient is (softmax − one_hot) / N{_hidden_note(hidden)}")
+
+
+# ----------------------------------------------------------------------------------------------
+# A GPT from tfcourse parts
+# ----------------------------------------------------------------------------------------------
+
+
+def _gpt_mistakes(reference: GPT, ids: Tensor) -> dict[str, Tensor]:
+    x = reference.embed(ids)  # (B, T, d_model)
+    length = ids.shape[1]
+    logits = reference(ids)
+    return {
+        "the GPT *without* the causal mask: every position sees the future":
+            reference.output(reference.blocks(x, None)),
+        "the GPT with the mask inverted (~causal_mask): True must mean 'may attend'":
+            reference.output(reference.blocks(x, ~causal_mask(length))),
+        "softmax(logits): return the logits, the softmax belongs to the loss and the sampler":
+            torch.softmax(logits, dim=-1),
+        "the output layer applied straight to the embeddings: the blocks are skipped": reference.output(x),
+    }
+
+
+def _expect_same_keys(module: nn.Module, reference: nn.Module, cls_name: str) -> None:
+    got, want = set(module.state_dict()), set(reference.state_dict())
+    if got == want:
+        return
+    missing, unexpected = sorted(want - got), sorted(got - want)
+    parts = []
+    if missing:
+        parts.append(f"missing {missing[:3]}{' …' if len(missing) > 3 else ''}")
+    if unexpected:
+        parts.append(f"unexpected {unexpected[:3]}{' …' if len(unexpected) > 3 else ''}")
+    raise CheckFailed(f"{cls_name}'s parameters do not match tfcourse.models.GPT's ({'; '.join(parts)}); name "
+                      "the parts `embed` (InputEmbedding), `blocks` (Encoder) and `output` (nn.Linear, no bias)")
+
+
+def check_gpt(learner_cls: type, hidden: bool = False) -> None:
+    """A GPT built from InputEmbedding, Encoder (with a causal mask) and a Linear output layer gives the
+    same logits as tfcourse.models.GPT with the same weights, and never looks at future tokens."""
+    configs = [
+        (GPTConfig(vocab_size=23, max_len=16, d_model=32, n_heads=4, n_layers=2), (2, 9)),
+        (GPTConfig(vocab_size=23, max_len=16, d_model=32, n_heads=4, n_layers=2), (1, 1)),
+    ]
+    if hidden:
+        configs += [
+            (GPTConfig(vocab_size=17, max_len=12, d_model=16, n_heads=2, n_layers=1, norm_first=False,
+                       positional="sinusoidal", tie_weights=False, scale_embedding=True, activation="relu"), (3, 12)),
+            (GPTConfig(vocab_size=31, max_len=20, d_model=24, n_heads=3, n_layers=3, d_ff=40, dropout=0.0), (2, 20)),
+        ]
+    name = getattr(learner_cls, "__name__", "your class")
+    prepared = []
+    for seed, (config, (batch, length)) in enumerate(configs):
+        torch.manual_seed(seed)
+        reference = GPT(config).eval()
+        ids = torch.randint(0, config.vocab_size, (batch, length))
+        changed = ids.clone()
+        cut = length // 2
+        changed[:, cut:] = (changed[:, cut:] + 5) % config.vocab_size  # change every token from `cut` on
+        with torch.no_grad():
+            prepared.append((config, reference, ids, changed, cut, reference(ids), _gpt_mistakes(reference, ids),
+                             count_parameters(reference)))
+    with off_limits(GPT_OFF_LIMITS, "assembling a GPT", learner_namespaces(learner_cls)):
+        results = []
+        for config, reference, ids, changed, cut, expected, mistakes, n_params in prepared:
+            module = call_learner(f"{name}(config)", learner_cls, config)
+            if not isinstance(module, nn.Module):
+                raise CheckFailed(f"{name} must be an nn.Module subclass")
+            _expect_same_keys(module, reference, name)
+            tied = module.output.weight is module.embed.token.weight
+            if config.tie_weights and not tied:
+                raise CheckFailed("weight tying: with config.tie_weights, output.weight must be the *same* Parameter "
+                                  "as embed.token.weight (assign it: self.output.weight = self.embed.token.weight)")
+            if tied and not config.tie_weights:
+                raise CheckFailed("config.tie_weights is False, but your output layer shares the embedding matrix")
+            if count_parameters(module) != n_params:
+                raise CheckFailed(f"{name} has {count_parameters(module):,} trainable parameters, "
+                                  f"tfcourse.models.GPT has {n_params:,} for the same config")
+            module.load_state_dict(reference.state_dict())
+            module.eval()
+            ids_before = ids.clone()
+            with torch.no_grad():
+                actual = call_learner(f"forward(ids of shape {tuple(ids.shape)})", module, ids)
+                actual_changed = call_learner("forward(ids)", module, changed) if cut > 0 else None
+            expect_unchanged([ids_before], [ids], "forward(ids)")
+            results.append((ids, cut, expected, mistakes, actual, actual_changed))
+    for ids, cut, expected, mistakes, actual, actual_changed in results:
+        compare(actual, expected, f"logits for ids of shape {tuple(ids.shape)}", mistakes, atol=1e-4, rtol=1e-4)
+        if actual_changed is not None and not torch.allclose(actual[:, :cut], actual_changed[:, :cut], atol=1e-5):
+            raise CheckFailed(f"changing tokens {cut}… changed the logits at earlier positions: "
+                              "a GPT must not look at future tokens (pass causal_mask(T) to the blocks)")
+    passed(f"{name} equals tfcourse.models.GPT (same state_dict keys, same logits, causal) "
+           f"on {len(configs)} configurations{_hidden_note(hidden)}")
+
+
+# ----------------------------------------------------------------------------------------------
+# Parameter count of the encoder-decoder Transformer
+# ----------------------------------------------------------------------------------------------
+
+
+def _formula(c: TransformerConfig, bias: bool = True, layer_norm: bool = True, cross: bool = True,
+             share_once: bool = True, output_bias: bool = False, pe: bool = False) -> int:
+    """The count by formula, with switches that reproduce the usual mistakes."""
+    d, d_ff = c.d_model, c.d_ff if c.d_ff is not None else 4 * c.d_model
+    b = 1 if bias else 0
+    attention = 4 * (d * d + b * d)
+    ffn = d * d_ff + b * d_ff + d_ff * d + b * d
+    norm = 2 * d if layer_norm else 0
+    encoder_layer = attention + ffn + 2 * norm
+    decoder_layer = (2 if cross else 1) * attention + ffn + (3 if cross else 2) * norm
+    src = c.src_vocab_size * d
+    tgt = 0 if c.share_embeddings and share_once else c.tgt_vocab_size * d
+    out = 0 if c.tie_output and share_once else d * c.tgt_vocab_size
+    out += c.tgt_vocab_size if output_bias else 0
+    positions = 2 * c.max_len * d if pe else 0
+    return src + tgt + out + positions + c.n_layers * (encoder_layer + decoder_layer)
+
+
+_TRUE_COUNTS: dict[str, int] = {}
+
+
+def _true_count(config: TransformerConfig) -> int:
+    key = repr(config)
+    if key not in _TRUE_COUNTS:
+        _TRUE_COUNTS[key] = count_parameters(Transformer(config))  # built once per configuration
+    return _TRUE_COUNTS[key]
+
+
+def check_parameter_count(learner_fn: Callable, hidden: bool = False) -> None:
+    """transformer_parameter_count(config) by formula equals count_parameters(Transformer(config))."""
+    configs = [
+        TransformerConfig.base(),
+        TransformerConfig(src_vocab_size=11, tgt_vocab_size=13, d_model=16, n_heads=2, n_layers=1, d_ff=24),
+    ]
+    if hidden:
+        configs += [
+            TransformerConfig(src_vocab_size=20, tgt_vocab_size=20, d_model=16, n_heads=2, n_layers=2,
+                              share_embeddings=True),
+            TransformerConfig(src_vocab_size=20, tgt_vocab_size=30, d_model=8, n_heads=2, n_layers=3, tie_output=True),
+            TransformerConfig(src_vocab_size=500, tgt_vocab_size=500, d_model=64, n_heads=8, n_layers=6, d_ff=256,
+                              share_embeddings=True, tie_output=True),
+        ]
+    prepared = []
+    for config in configs:
+        true_count = _true_count(config)
+        mistakes = {
+            "the count *without* the bias vectors (attention and FFN linears have biases)":
+                _formula(config, bias=False),
+            "the count *without* the LayerNorm gains and biases (2·d_model per LayerNorm)":
+                _formula(config, layer_norm=False),
+            "a decoder layer counted like an encoder layer: its cross-attention (and third LayerNorm) is missing":
+                _formula(config, cross=False),
+            "the shared embedding matrix counted once per use: shared or tied weights are one tensor, count it once":
+                _formula(config, share_once=False),
+            "an output layer with a bias: this one has none (bias=False)": _formula(config, output_bias=True),
+            "the sinusoidal encoding counted as max_len × d_model parameters: it is a fixed buffer, not trained":
+                _formula(config, pe=True),
+        }
+        prepared.append((config, true_count, mistakes))
+    with off_limits(PARAMETER_COUNT_OFF_LIMITS, "counting parameters", learner_namespaces(learner_fn)):
+        answers = [call_learner("transformer_parameter_count(config)", learner_fn, config) for config, *_ in prepared]
+    for (config, true_count, mistakes), answer in zip(prepared, answers):
+        what = (f"parameter count for d_model={config.d_model}, n_layers={config.n_layers}, "
+                f"vocab {config.src_vocab_size}/{config.tgt_vocab_size}, share_embeddings={config.share_embeddings}, "
+                f"tie_output={config.tie_output}")
+        if isinstance(answer, bool) or not isinstance(answer, int):
+            raise CheckFailed(f"{what}: return a Python int, got {type(answer).__name__}")
+        if answer == true_count:
+            continue
+        for description, wrong in mistakes.items():
+            if answer == wrong and wrong != true_count:
+                raise CheckFailed(f"{what}: you got {answer:,}, which is {description}")
+        raise CheckFailed(f"{what}: expected {true_count:,}, got {answer:,} (off by {answer - true_count:+,})")
+    passed(f"transformer_parameter_count matches count_parameters(Transformer(config)) on {len(configs)} "
+           f"configurations, the base model's 63,082,496 included{_hidden_note(hidden)}")
+
+
+# ----------------------------------------------------------------------------------------------
+# shift_right (teacher forcing)
+# ----------------------------------------------------------------------------------------------
+
+
+def check_shift_right(learner_fn: Callable, hidden: bool = False) -> None:
+    """shift_right(tgt (B, T), bos_id) = <bos> followed by tgt without its last token, shape (B, T)."""
+    gen = torch.Generator().manual_seed(2)
+    cases = [(torch.randint(3, 20, (2, 6), generator=gen), 1), (torch.tensor([[7]]), 2)]
+    if hidden:
+        padded = torch.randint(3, 20, (4, 9), generator=gen)
+        padded[1:, 6:] = 0  # padding at the end of the shorter targets
+        cases += [(padded, 1), (torch.randint(3, 20, (3, 2), generator=gen), 5),
+                  (torch.randint(3, 20, (1, 12), generator=gen), 0)]
+    with off_limits(SHIFT_RIGHT_OFF_LIMITS, "shift_right", learner_namespaces(learner_fn)):
+        for tgt, bos_id in cases:
+            batch, length = tgt.shape
+            bos = torch.full((batch, 1), bos_id, dtype=tgt.dtype)
+            expected = torch.cat([bos, tgt[:, :-1]], dim=1)
+            mistakes = {
+                "the target shifted *left* (that is the label sequence, not the decoder input)":
+                    torch.cat([tgt[:, 1:], bos], dim=1),
+                "<bos> written over the first token instead of shifting the tokens right":
+                    torch.cat([bos, tgt[:, 1:]], dim=1),
+                "torch.roll: the last token wraps round to the front where <bos> belongs": torch.roll(tgt, 1, dims=1),
+            }
+            if batch > 1:
+                mistakes["the tokens shifted along the batch axis (dim 0) instead of time (dim 1)"] = \
+                    torch.cat([torch.full((1, length), bos_id, dtype=tgt.dtype), tgt[:-1]], dim=0)
+            before = tgt.clone()
+            what = f"shift_right(tgt of shape {tuple(tgt.shape)}, bos_id={bos_id})"
+            actual = call_learner(what, learner_fn, tgt, bos_id)
+            expect_unchanged([before], [tgt], "shift_right")
+            if isinstance(actual, Tensor) and actual.shape == (batch, length + 1):
+                raise CheckFailed(f"{what}: your output has T + 1 = {length + 1} positions; the decoder input keeps "
+                                  "the length T, so drop the last target token (it is never an input)")
+            compare(actual, expected, what, mistakes, atol=0, rtol=0)
+    passed(f"shift_right puts <bos> first and drops the last token on {len(cases)} targets{_hidden_note(hidden)}")
+
+
+# ----------------------------------------------------------------------------------------------
+# filter_logits and sample_next_token
+# ----------------------------------------------------------------------------------------------
+
+
+def _top_p_variant(logits: Tensor, top_p: float, strict: bool) -> Tensor:
+    """Top-p that drops the token which crosses p: keeps only tokens whose cumulative mass stays below p."""
+    sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+    cumulative = torch.softmax(sorted_logits, dim=-1).cumsum(dim=-1)
+    drop_sorted = cumulative > top_p if strict else cumulative >= top_p
+    drop = drop_sorted.scatter(-1, order, drop_sorted)
+    return logits.masked_fill(drop, float("-inf"))
+
+
+def _filter_mistakes(logits: Tensor, top_k: int | None, top_p: float | None) -> dict[str, Tensor]:
+    expected = reference_filter_logits(logits, top_k, top_p)
+    vocab = logits.shape[-1]
+    mistakes: dict[str, Tensor] = {}
+    if top_k is not None and top_k < vocab:
+        mistakes["top-k keeping k + 1 tokens (keep the k best: logits < the k-th best are dropped)"] = \
+            reference_filter_logits(logits, top_k + 1, top_p)
+        if top_k > 1:
+            mistakes["top-k keeping k − 1 tokens (keep the k best, the k-th included)"] = \
+                reference_filter_logits(logits, top_k - 1, top_p)
+    if top_p is not None:
+        after_k = reference_filter_logits(logits, top_k, None)
+        # Two ways to drop the crossing token (cumulative > p, cumulative >= p); name whichever differs.
+        variants = [_top_p_variant(after_k, top_p, strict) for strict in (True, False)]
+        crossing = next((v for v in variants if not torch.equal(torch.isinf(v), torch.isinf(expected))), variants[0])
+        mistakes["top-p that also drops the token which crosses p: keep it, the kept mass must reach p"] = crossing
+        if top_k is not None:
+            only_p = reference_filter_logits(logits, None, top_p)
+            mistakes["top-p measured on the unfiltered distribution: apply it after top-k, on what top-k kept"] = \
+                after_k.masked_fill(torch.isinf(only_p), float("-inf"))
+    dropped = torch.isinf(expected)
+    mistakes["removed tokens set to 0 instead of −inf: exp(0) = 1, so they could still be sampled"] = \
+        logits.masked_fill(dropped, 0.0)
+    if logits.shape[0] > 1 and (top_k is None or top_k <= logits.shape[0]):
+        mistakes["filtering along the wrong axis (dim 0, the batch) instead of the vocabulary"] = \
+            reference_filter_logits(logits.T.contiguous(), top_k, top_p).T
+    return mistakes
+
+
+def _explain_kept_tokens(failure: CheckFailed, actual: Any, expected: Tensor, what: str) -> None:
+    """Turn 'values differ (largest difference inf)' into which tokens were kept."""
+    if "values differ" not in str(failure) or not isinstance(actual, Tensor) or actual.shape != expected.shape:
+        raise failure
+    kept, wanted = torch.isfinite(actual), torch.isfinite(expected)
+    if not torch.equal(kept, wanted):
+        raise CheckFailed(f"{what}: you keep {kept.sum(-1).tolist()} tokens per row, the reference keeps "
+                          f"{wanted.sum(-1).tolist()}") from None
+    raise CheckFailed(f"{what}: the right tokens are kept, but their logits changed; only the removed "
+                      "ones become −inf") from None
+
+
+def check_filter_logits(learner_fn: Callable, hidden: bool = False) -> None:
+    """filter_logits(logits (B, V), top_k, top_p) sets every logit outside the top-k / top-p nucleus to −inf."""
+    gen = torch.Generator().manual_seed(3)
+    worked = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    table = torch.randn(4, 8, generator=gen) * 2
+    cases: list[tuple[Tensor, int | None, float | None]] = [
+        (table, 3, None), (table, None, 0.6), (table, 3, 0.7), (worked, 2, None), (worked, None, 0.75),
+        (table, None, None),
+    ]
+    if hidden:
+        wide = torch.randn(4, 50, generator=gen) * 3
+        cases += [
+            (table, 1, None), (table, 8, None), (table, 100, None), (table, None, 1.0), (table, None, 0.01),
+            (wide, 10, 0.9), (wide, None, 0.95), (torch.randn(1, 2, generator=gen), None, 0.3),
+        ]
+    prepared = [(logits, k, p, reference_filter_logits(logits, k, p), _filter_mistakes(logits, k, p))
+                for logits, k, p in cases]
+    with off_limits(FILTER_OFF_LIMITS, "filter_logits", learner_namespaces(learner_fn)):
+        for logits, k, p, expected, mistakes in prepared:
+            what = f"filter_logits(logits of shape {tuple(logits.shape)}, top_k={k}, top_p={p})"
+            before = logits.clone()
+            actual = call_learner(what, learner_fn, logits, k, p)
+            expect_unchanged([before], [logits], "filter_logits")
+            try:
+                compare(actual, expected, what, mistakes, atol=1e-6, rtol=1e-6)
+            except CheckFailed as failure:
+                _explain_kept_tokens(failure, actual, expected, what)
+    passed(f"filter_logits keeps exactly the top-k / top-p tokens on {len(cases)} cases{_hidden_note(hidden)}")
+
+
+_AGREE = 0.99  # same probabilities + same generator give the same draws, up to rounding at the edges
+
+
+def _draws(logits: Tensor, temperature: float, top_k: int | None, top_p: float | None, seed: int) -> Tensor:
+    return reference_sample_next_token(logits, temperature, top_k, top_p, generator=torch.Generator().manual_seed(seed))
+
+
+def _filtered_before_temperature(logits: Tensor, temperature: float, top_k: int | None, top_p: float | None,
+                                 seed: int) -> Tensor:
+    probs = torch.softmax(reference_filter_logits(logits, top_k, top_p) / temperature, dim=-1)
+    return torch.multinomial(probs, 1, generator=torch.Generator().manual_seed(seed)).squeeze(-1)
+
+
+def check_sample_next_token(learner_fn: Callable, hidden: bool = False) -> None:
+    """sample_next_token(logits (B, V), temperature, top_k, top_p, generator) -> (B,) token ids.
+
+    Temperature 0 is greedy; otherwise divide by T, filter, softmax, and draw with
+    torch.multinomial(probs, 1, generator=generator). Same seed, same probabilities: same draws.
+    """
+    gen = torch.Generator().manual_seed(4)
+    rows = torch.randn(4, 10, generator=gen) * 1.5
+    many = rows.repeat(400, 1)  # (1600, 10): many draws from four distributions in one call
+    cases: list[tuple[Tensor, float, int | None, float | None]] = [
+        (rows, 0.0, None, None), (many, 1.0, None, None), (many, 0.5, 3, None), (many, 2.0, None, 0.7),
+    ]
+    if hidden:
+        cases += [
+            (many, 0.7, 5, 0.8), (many, 1.5, 2, None),
+            (torch.randn(1, 6, generator=gen).repeat(500, 1), 1.0, None, 0.5),
+            (torch.randn(3, 7, generator=gen), 0.0, 2, 0.5),
+        ]
+    prepared = []
+    for i, (logits, temperature, k, p) in enumerate(cases):
+        seed = 100 + i
+        if temperature == 0:
+            prepared.append((logits, temperature, k, p, seed, logits.argmax(dim=-1), {}, None))
+            continue
+        expected = _draws(logits, temperature, k, p, seed)
+        mistakes = {
+            "draws with the temperature applied *after* softmax (softmax(z) / T is renormalised by sampling, "
+            "so T changes nothing): divide the logits by T": _draws(logits, 1.0, k, p, seed),
+            "draws with the logits *multiplied* by T instead of divided by it":
+                _draws(logits, 1 / temperature, k, p, seed),
+        }
+        if k is not None or p is not None:
+            mistakes["draws without top-k / top-p filtering"] = _draws(logits, temperature, None, None, seed)
+        if p is not None and temperature != 1.0:
+            mistakes["draws with top-p applied *before* dividing by T: filter the tempered logits"] = \
+                _filtered_before_temperature(logits, temperature, k, p, seed)
+        allowed = torch.isfinite(reference_filter_logits(logits / temperature, k, p))  # (B, V)
+        prepared.append((logits, temperature, k, p, seed, expected, mistakes, allowed))
+    with off_limits(SAMPLE_OFF_LIMITS, "sampling", learner_namespaces(learner_fn)):
+        for logits, temperature, k, p, seed, expected, mistakes, allowed in prepared:
+            what = (f"sample_next_token(logits of shape {tuple(logits.shape)}, temperature={temperature}, "
+                    f"top_k={k}, top_p={p})")
+            before = logits.clone()
+            try:
+                actual = call_learner(what, learner_fn, logits, temperature, k, p, torch.Generator().manual_seed(seed))
+            except OffLimitsError:
+                raise
+            except CheckFailed as failure:
+                if temperature == 0 and "not implemented" not in str(failure):
+                    raise CheckFailed(f"{failure} — temperature 0 means greedy: return logits.argmax(dim=-1) "
+                                      "before dividing by the temperature") from None
+                raise
+            expect_unchanged([before], [logits], "sample_next_token")
+            if not isinstance(actual, Tensor):
+                raise CheckFailed(f"{what}: expected a torch.Tensor of token ids, got {type(actual).__name__}")
+            if actual.shape == (logits.shape[0], 1):
+                raise CheckFailed(f"{what}: return shape (B,) = ({logits.shape[0]},), not (B, 1): "
+                                  "squeeze the last axis")
+            if temperature == 0:
+                compare(actual, expected, what, atol=0, rtol=0)
+                continue
+            if actual.shape != expected.shape or actual.dtype.is_floating_point:
+                raise CheckFailed(f"{what}: expected integer token ids of shape ({logits.shape[0]},), "
+                                  f"got {actual.dtype} of shape {tuple(actual.shape)}")
+            rows_ = torch.arange(actual.shape[0])
+            if ((actual < 0) | (actual >= logits.shape[1])).any():
+                raise CheckFailed(f"{what}: token ids must lie in [0, V) = [0, {logits.shape[1]})")
+            agree = (actual == expected).float().mean().item()
+            if agree >= _AGREE:
+                continue
+            for description, wrong in mistakes.items():
+                if (actual == wrong).float().mean().item() >= _AGREE:
+                    raise CheckFailed(f"{what}: your samples equal {description}")
+            if not allowed[rows_, actual.long()].all():
+                raise CheckFailed(f"{what}: you sampled tokens that top-k / top-p removes; sample from the filtered "
+                                  "logits (their −inf entries get probability 0)")
+            raise CheckFailed(f"{what}: with the same seed only {agree:.0%} of your draws equal "
+                              "torch.multinomial(softmax(filter_logits(logits / T, top_k, top_p)), 1, "
+                              "generator=generator); "
+                              "did you pass the generator to torch.multinomial?")
+    passed(f"sample_next_token: greedy at T = 0 and the reference's draws for temperature, top-k and top-p "
+           f"on {len(cases)} cases{_hidden_note(hidden)}")
+
+
+# ----------------------------------------------------------------------------------------------
+# beam search
+# ----------------------------------------------------------------------------------------------
+
+
+def _beam_variant(log_probs_fn: Callable[[Tensor], Tensor], prefix: Tensor, max_new_tokens: int, beam_size: int,
+                  alpha: float, eos_id: int | None, accumulate: bool = True) -> Tensor:
+    """The reference algorithm, with a switch for the usual mistake of ranking by the last token only."""
+    beams, scores = prefix[None, :], torch.zeros(1)
+    finished: list[tuple[float, Tensor]] = []
+
+    def penalty(seq_len: int) -> float:
+        return length_penalty(seq_len - prefix.shape[0], alpha)
+
+    for _ in range(max_new_tokens):
+        log_probs = log_probs_fn(beams)
+        vocab = log_probs.shape[-1]
+        candidates = ((scores[:, None] if accumulate else 0.0) + log_probs).reshape(-1)
+        top_scores, top_index = candidates.topk(min(beam_size, candidates.numel()))
+        beam_index, token = top_index // vocab, top_index % vocab
+        if accumulate:
+            new_scores = top_scores
+        else:  # ranked by the last token only, but the total is still what a hypothesis is worth
+            new_scores = scores[beam_index] + top_scores
+        beams = torch.cat([beams[beam_index], token[:, None]], dim=1)
+        scores = new_scores
+        if eos_id is not None:
+            ended = token == eos_id
+            for seq, score in zip(beams[ended], scores[ended]):
+                finished.append((score.item() / penalty(seq.shape[0]), seq))
+            beams, scores = beams[~ended], scores[~ended]
+            if len(finished) >= beam_size or beams.shape[0] == 0:
+                break
+    survivors = [(s.item() / penalty(b.shape[0]), b) for s, b in zip(scores, beams)]
+    return max(finished + survivors, key=lambda pair: pair[0])[1]
+
+
+def _bigram_fn(vocab: int, seed: int, eos_id: int | None = None, eos_bias: float = 0.0) -> Callable[[Tensor], Tensor]:
+    """A tiny 'language model': the next token's log-probabilities depend on the last token only."""
+    gen = torch.Generator().manual_seed(seed)
+    scores = torch.randn(vocab, vocab, generator=gen) * 2.0
+    if eos_id is not None:
+        scores[:, eos_id] += eos_bias
+    table = reference_log_softmax(scores, -1)  # (V, V)
+
+    def log_probs_fn(beams: Tensor) -> Tensor:
+        return table[beams[:, -1]]  # (beams, V)
+
+    return log_probs_fn
+
+
+def _gpt_fn(seed: int) -> Callable[[Tensor], Tensor]:
+    torch.manual_seed(seed)
+    model = GPT(GPTConfig(vocab_size=13, max_len=16, d_model=16, n_heads=2, n_layers=1, dropout=0.0)).eval()
+
+    @torch.no_grad()
+    def log_probs_fn(beams: Tensor) -> Tensor:
+        return reference_log_softmax(model(beams)[:, -1], -1)  # (beams, V)
+
+    return log_probs_fn
+
+
+def _greedy(log_probs_fn: Callable[[Tensor], Tensor], prefix: Tensor, max_new_tokens: int,
+            eos_id: int | None) -> Tensor:
+    seq = prefix
+    for _ in range(max_new_tokens):
+        token = log_probs_fn(seq[None, :])[0].argmax()
+        seq = torch.cat([seq, token[None]])
+        if eos_id is not None and token.item() == eos_id:
+            break
+    return seq
+
+
+def _sequence_log_prob(log_probs_fn: Callable[[Tensor], Tensor], seq: Tensor, prefix_len: int) -> float:
+    return sum(log_probs_fn(seq[None, :t])[0, seq[t]].item() for t in range(prefix_len, seq.shape[0]))
+
+
+def check_beam_search(learner_fn: Callable, hidden: bool = False) -> None:
+    """beam_search(log_probs_fn, prefix, max_new_tokens, beam_size, alpha, eos_id) equals the reference:
+    beam_size 1 is greedy, and a wider beam finds a sequence at least as likely as greedy."""
+    cases = [  # (name, log_probs_fn, prefix, max_new_tokens, beam_size, alpha, eos_id)
+        ("bigram model, beam 1", _bigram_fn(6, 0), torch.tensor([0]), 5, 1, 0.6, None),
+        ("bigram model, beam 3", _bigram_fn(6, 7), torch.tensor([0]), 5, 3, 0.0, None),
+        ("bigram model with <eos>, beam 4, alpha 1", _bigram_fn(8, 46, eos_id=1, eos_bias=1.0),
+         torch.tensor([0]), 8, 4, 1.0, 1),
+    ]
+    if hidden:
+        cases += [
+            ("tiny GPT, beam 5", _gpt_fn(7), torch.tensor([3, 1, 4]), 6, 5, 0.0, None),
+            ("tiny GPT with <eos>, beam 1", _gpt_fn(8), torch.tensor([2]), 8, 1, 0.6, 5),
+            ("bigram model, beam wider than the vocabulary", _bigram_fn(4, 3), torch.tensor([1, 2]), 3, 9, 0.6, None),
+            ("bigram model, one new token", _bigram_fn(6, 4), torch.tensor([0]), 1, 3, 0.6, None),
+            ("bigram model with <eos>, beam 3, alpha 0.6", _bigram_fn(8, 95, eos_id=1, eos_bias=2.0),
+             torch.tensor([0, 3]), 8, 3, 0.6, 1),
+        ]
+    prepared = []
+    for name, fn, prefix, n, beam, alpha, eos in cases:
+        with torch.no_grad():
+            expected = reference_beam_search(fn, prefix, n, beam, alpha, eos)
+            mistakes = {
+                "beam search *without* the length penalty (alpha ignored): divide each finished score by "
+                "length_penalty(new tokens, alpha)": reference_beam_search(fn, prefix, n, beam, 0.0, eos),
+                "beam search that ranks candidates by the last token's log-probability only (greedy in disguise): "
+                "rank by the running total, beam score + log p(token)":
+                    _beam_variant(fn, prefix, n, beam, alpha, eos, accumulate=False),
+            }
+            if eos is not None:
+                mistakes["beam search that keeps extending hypotheses after <eos>: set them aside as finished"] = \
+                    reference_beam_search(fn, prefix, n, beam, alpha, None)
+            greedy = _greedy(fn, prefix, n, eos)
+        prepared.append((name, fn, prefix, n, beam, alpha, eos, expected, mistakes, greedy))
+    with off_limits(BEAM_OFF_LIMITS, "beam search", learner_namespaces(learner_fn)):
+        answers = []
+        for name, fn, prefix, n, beam, alpha, eos, *_ in prepared:
+            before = prefix.clone()
+            with torch.no_grad():
+                answers.append(call_learner(f"beam_search on the {name}", learner_fn, fn, prefix, n, beam, alpha, eos))
+            expect_unchanged([before], [prefix], "beam_search")
+    for (name, fn, prefix, n, beam, alpha, eos, expected, mistakes, greedy), actual in zip(prepared, answers):
+        what = f"beam_search on the {name}"
+        if not isinstance(actual, Tensor) or actual.dim() != 1:
+            got = f"shape {tuple(actual.shape)}" if isinstance(actual, Tensor) else type(actual).__name__
+            raise CheckFailed(f"{what}: return one sequence, a 1-D tensor (prefix followed by the new tokens), "
+                              f"got {got}")
+        if actual.shape[0] < prefix.shape[0] or not torch.equal(actual[: prefix.shape[0]], prefix):
+            raise CheckFailed(f"{what}: the result must start with the prefix {prefix.tolist()}, got {actual.tolist()}")
+        if beam == 1 and not torch.equal(actual, greedy):
+            raise CheckFailed(f"{what}: with beam_size=1 beam search must equal greedy decoding "
+                              f"({greedy.tolist()}), got {actual.tolist()}")
+        if alpha == 0.0 and eos is None and beam > 1 and _sequence_log_prob(fn, actual, prefix.shape[0]) < \
+                _sequence_log_prob(fn, greedy, prefix.shape[0]) - 1e-5:
+            raise CheckFailed(f"{what}: your sequence {actual.tolist()} is less likely than greedy's "
+                              f"{greedy.tolist()}; keep the beam_size best candidates over *all* beams at each step")
+        if torch.equal(actual, expected):
+            continue
+        for description, wrong in mistakes.items():
+            if torch.equal(actual, wrong):
+                raise CheckFailed(f"{what}: your sequence {actual.tolist()} equals {description}")
+        raise CheckFailed(f"{what}: expected {expected.tolist()}, got {actual.tolist()}")
+    passed(f"beam_search equals the reference on {len(cases)} searches: beam 1 = greedy, wider beams at least "
+           f"as likely as greedy, length penalty, <eos>{_hidden_note(hidden)}")
+
+
+# ----------------------------------------------------------------------------------------------
+# Greedy generation with a key/value cache
+# ----------------------------------------------------------------------------------------------
+
+
+class _CallRecorder:
+    """Records what the model was fed: (number of new tokens, caches passed?, training mode?)."""
+
+    def __init__(self, model: nn.Module):
+        self.calls: list[tuple[tuple[int, ...], bool, bool]] = []
+        self.handle = model.register_forward_pre_hook(self.hook, with_kwargs=True)
+
+    def hook(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
+        ids = args[0] if args else kwargs.get("ids")
+        caches = args[1] if len(args) > 1 else kwargs.get("caches")
+        self.calls.append((tuple(ids.shape) if isinstance(ids, Tensor) else (), caches is not None, module.training))
+
+
+def _diagnose_calls(calls: list[tuple[tuple[int, ...], bool, bool]], prompt: Tensor, what: str) -> None:
+    if calls and not all(cached for _, cached, _ in calls):
+        raise CheckFailed(f"{what}: the model was called without caches; make them once with "
+                          "model.make_caches() and pass them on every call: model(new_ids, caches)")
+    if calls and calls[0][0][1:] != (prompt.shape[1],):
+        raise CheckFailed(f"{what}: the first call must read the whole prompt, shape {tuple(prompt.shape)}; "
+                          f"it got {calls[0][0]}")
+    for step, (shape, _, _) in enumerate(calls[1:], start=2):
+        if shape[1:] != (1,):
+            raise CheckFailed(f"{what}: call {step} fed the model {shape[1] if len(shape) > 1 else '?'} tokens; "
+                              "with the cache, feed only the newest token, shape (B, 1): the keys and values "
+                              "of the earlier tokens are already in the cache")
+
+
+def check_cached_generation(learner_fn: Callable, hidden: bool = False) -> None:
+    """greedy_generate_cached(model, ids, max_new_tokens) gives exactly the tokens of greedy generation
+    without a cache, feeding the model the prompt once and then one token per step."""
+    cases = [((2, 4), 8), ((1, 1), 1)]
+    if hidden:
+        cases += [((3, 5), 19), ((1, 23), 1), ((4, 2), 6)]  # fills the context window exactly; a long prompt
+    torch.manual_seed(11)
+    model = GPT(GPTConfig(vocab_size=23, max_len=24, d_model=32, n_heads=4, n_layers=2, dropout=0.1))
+    prepared = []
+    gen = torch.Generator().manual_seed(5)
+    for (batch, length), n in cases:
+        prompt = torch.randint(0, 23, (batch, length), generator=gen)
+        prepared.append((prompt, n, reference_generate(model, prompt, n, temperature=0.0, use_cache=False)))
+    with off_limits(CACHED_GENERATION_OFF_LIMITS, "generation with a KV cache", learner_namespaces(learner_fn)):
+        for prompt, n, expected in prepared:
+            model.train()  # as a model comes out of training: dropout on
+            recorder = _CallRecorder(model)
+            what = f"greedy_generate_cached(model, prompt of shape {tuple(prompt.shape)}, max_new_tokens={n})"
+            before = prompt.clone()
+            try:
+                actual = call_learner(what, learner_fn, model, prompt, n)
+            except CheckFailed as failure:
+                _diagnose_calls(recorder.calls, prompt, what)  # a crash is often the symptom of feeding too much
+                raise failure from None
+            finally:
+                recorder.handle.remove()
+            expect_unchanged([before], [prompt], "greedy_generate_cached")
+            calls = recorder.calls
+            _diagnose_calls(calls, prompt, what)
+            if isinstance(actual, Tensor) and actual.shape == (prompt.shape[0], n):
+                raise CheckFailed(f"{what}: return the prompt followed by the new tokens, shape (B, T + n) = "
+                                  f"{tuple(expected.shape)}, not the new tokens alone")
+            if len(calls) != n:
+                raise CheckFailed(f"{what}: expected {n} calls to the model (one per new token), got {len(calls)}")
+            dropout_on = any(training for _, _, training in calls)
+            if dropout_on and not (isinstance(actual, Tensor) and torch.equal(actual, expected)):
+                raise CheckFailed(f"{what}: the model was still in training mode, so dropout changed the tokens; "
+                                  "call model.eval() before generating")
+            compare(actual, expected, what, atol=0, rtol=0)
+    model.eval()
+    passed(f"greedy_generate_cached equals generation without a cache on {len(cases)} prompts, "
+           f"feeding one token per step{_hidden_note(hidden)}")
+
+
+__all__ = [
+    "check_log_softmax", "check_cross_entropy", "check_gpt", "check_parameter_count", "check_shift_right",
+    "check_filter_logits", "check_sample_next_token", "check_beam_search", "check_cached_generation",
+]
