@@ -44,9 +44,44 @@ def passed(message: str) -> None:
 # Running the learner's code
 # ----------------------------------------------------------------------------------------------
 
+# IPython shows a failing test cell's error through these methods; nbgrader sees the error output
+# and gives 0 points. A notebook that replaces them would hide every failure, so checks put the
+# originals back (captured here, when the lesson's setup cell imports tfcourse).
+_ERROR_DISPLAY = ("showtraceback", "_showtraceback", "showsyntaxerror")
+
+
+def _ipython_shell() -> Any:
+    ipython = sys.modules.get("IPython")
+    return ipython.get_ipython() if ipython is not None else None
+
+
+def _capture_error_display() -> dict:
+    shell = _ipython_shell()
+    if shell is None:
+        return {}
+    return {(klass, name): klass.__dict__[name]
+            for klass in type(shell).__mro__ for name in _ERROR_DISPLAY if name in klass.__dict__}
+
+
+_ORIGINAL_ERROR_DISPLAY = _capture_error_display()
+
+
+def restore_error_display() -> None:
+    """Undo any replacement of IPython's traceback display, on the shell or on its classes."""
+    shell = _ipython_shell()
+    if shell is None:
+        return
+    for name in _ERROR_DISPLAY:
+        if name in vars(shell):
+            delattr(shell, name)
+    for (klass, name), original in _ORIGINAL_ERROR_DISPLAY.items():
+        if klass.__dict__.get(name) is not original:
+            setattr(klass, name, original)
+
 
 def call_learner(what: str, fn: Callable, *args: Any, **kwargs: Any) -> Any:
     """Call the learner's `fn`; turn a crash into a CheckFailed that names `what` was being done."""
+    restore_error_display()
     try:
         # nbgrader gives 0 points to a test cell that writes to stderr: a library warning, or a
         # stray print(..., file=sys.stderr) in the learner's code, must not cost the exercise.
