@@ -17,11 +17,16 @@ def one_thread():
 
 
 def pytest_terminal_summary(terminalreporter):
-    """Print how long each solution notebook took (tests/test_notebooks.py records it)."""
-    module = __import__("sys").modules.get("test_notebooks")
-    times = getattr(module, "RUN_TIMES", {}) if module else {}
+    """Print the figures that tests record: notebook run times and the autograder catalogue."""
+    modules = __import__("sys").modules
+    times = getattr(modules.get("test_notebooks"), "RUN_TIMES", {})
     if times:
         terminalreporter.section("solution notebooks, fast mode")
         for lesson, seconds in times.items():
             terminalreporter.write_line(f"{seconds:7.1f} s  {lesson}")
         terminalreporter.write_line(f"{sum(times.values()):7.1f} s  total")
+    rows = getattr(modules.get("test_grading"), "CATALOGUE", [])
+    if rows:
+        terminalreporter.section("autograder catalogue: points per exercise")
+        for case, lesson, points in rows:
+            terminalreporter.write_line(f"{case:<48} {lesson:<20} {points}")

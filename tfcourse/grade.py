@@ -173,7 +173,21 @@ def _copy_submission(notebook: Path, target: Path) -> None:
     nb = json.loads(notebook.read_text(encoding="utf-8"))
     nb.setdefault("metadata", {})["kernelspec"] = {
         "display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
+    nb["cells"] = _without_duplicate_grade_cells(nb.get("cells", []))
     target.write_text(json.dumps(nb), encoding="utf-8")
+
+
+def _without_duplicate_grade_cells(cells: list[dict]) -> list[dict]:
+    """A copied exercise or test cell repeats its grade id, and nbgrader refuses the whole notebook.
+    Grade the first cell of each id; later copies become plain cells (they still run)."""
+    seen = set()
+    for cell in cells:
+        grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if grade_id in seen:
+            del cell["metadata"]["nbgrader"]
+        elif grade_id:
+            seen.add(grade_id)
+    return cells
 
 
 def _max_points(release_notebook: Path) -> dict[str, float]:

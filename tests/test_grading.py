@@ -1,0 +1,276 @@
+"""Autograding: a catalogue of submissions, good and bad, each graded as intended.
+
+Every submission is built from the lesson notebooks (so the catalogue follows the lessons), graded
+with `tfcourse.grade` (the same code as `tfcourse grade`), and must receive exactly the expected
+points per exercise, with a message that names the problem. The learner's file must not change.
+The results table is printed at the end of the test session.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import nbformat
+import pytest
+
+from tfcourse.grade import find_notebook, grade_submissions
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = ROOT / "nbgrader_config.py"
+CATALOGUE: list[tuple[str, str, str]] = []  # (case, lesson, "points per exercise"), printed by conftest.py
+TIMEOUT = 20  # seconds per cell: the infinite loop case waits this long
+
+
+def _meta(cell) -> dict:
+    return cell.metadata.get("nbgrader", {})
+
+
+def _strip_markers(source: str) -> str:
+    return re.sub(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n", "", source, flags=re.M)
+
+
+def student_version(lesson: str):
+    return nbformat.read(ROOT / "notebooks" / lesson / f"{lesson}.ipynb", as_version=4)
+
+
+def complete(lesson: str):
+    """The student version with every exercise answered as in the solutions."""
+    source = nbformat.read(ROOT / "solutions" / lesson / f"{lesson}.ipynb", as_version=4)
+    answers = {_meta(c)["grade_id"]: _strip_markers(c.source) for c in source.cells if _meta(c).get("solution")}
+    nb = student_version(lesson)
+    for cell in nb.cells:
+        if _meta(cell).get("solution"):
+            cell.source = answers[_meta(cell)["grade_id"]]
+    return nb
+
+
+def edit(nb, grade_id: str, old: str, new: str):
+    """Replace `old` by `new` in the cell `grade_id` (fails loudly if the lesson changed)."""
+    nb = copy.deepcopy(nb)
+    cell = next(c for c in nb.cells if _meta(c).get("grade_id") == grade_id)
+    assert old in cell.source, f"{grade_id} no longer contains {old!r}: update the catalogue"
+    cell.source = cell.source.replace(old, new)
+    return nb
+
+
+def stub(nb, grade_id: str, student_nb):
+    """Put back the unanswered stub of one exercise."""
+    nb = copy.deepcopy(nb)
+    stubbed = next(c for c in student_nb.cells if _meta(c).get("grade_id") == grade_id)
+    index = next(i for i, c in enumerate(nb.cells) if _meta(c).get("grade_id") == grade_id)
+    nb.cells[index] = copy.deepcopy(stubbed)
+    return nb
+
+
+def transform_cell(nb, grade_id: str, change: Callable):
+    nb = copy.deepcopy(nb)
+    index = next(i for i, c in enumerate(nb.cells) if _meta(c).get("grade_id") == grade_id)
+    change(nb.cells, index)
+    return nb
+
+
+def insert_cell_after_setup(nb, source: str):
+    nb = copy.deepcopy(nb)
+    index = next(i for i, c in enumerate(nb.cells) if "setup(" in c.source and c.cell_type == "code")
+    nb.cells.insert(index + 1, nbformat.v4.new_code_cell(source))
+    return nb
+
+
+@dataclass
+class Case:
+    name: str
+    lesson: str
+    build: Callable[[Path], Path | None]  # writes the submission under a folder, returns its path
+    # grade_id -> (points, message regex) for exercises that must lose points; the others get full marks.
+    losing: dict[str, tuple[float, str]] = field(default_factory=dict)
+    all_zero: str | None = None  # message regex when every exercise must score 0
+
+
+def notebook_case(name, lesson, make_nb, losing=None, all_zero=None, filename=None):
+    def build(folder: Path) -> Path:
+        path = folder / (filename or f"{lesson}.ipynb")
+        nbformat.write(make_nb(), path)
+        return path
+
+    return Case(name, lesson, build, losing or {}, all_zero)
+
+
+def raw_case(name, lesson, text, all_zero):
+    def build(folder: Path) -> Path:
+        path = folder / f"{lesson}.ipynb"
+        path.write_text(text)
+        return path
+
+    return Case(name, lesson, build, {}, all_zero)
+
+
+FFN = "04_ffn"
+RELU = "hidden = torch.relu(self.linear1(x))  # (..., d_ff)"
+RETURN = "return self.linear2(hidden)  # (..., d_model)"
+
+
+def ffn_forward(returning: str):
+    return lambda: edit(complete(FFN), "ffn_impl", RETURN, returning)
+
+
+CASES = [
+    notebook_case("untouched student version", FFN, lambda: student_version(FFN), all_zero="not implemented yet"),
+    notebook_case("complete solutions", FFN, lambda: complete(FFN)),
+    notebook_case("buggy FFN: no ReLU", FFN, lambda: edit(complete(FFN), "ffn_impl", RELU, "hidden = self.linear1(x)"),
+                  {"ffn_tests": (0, r"without\* ReLU")}),
+    notebook_case("test cell deleted", FFN, lambda: transform_cell(stub(complete(FFN), "ffn_impl", student_version(FFN)),
+                                                                  "ffn_tests", lambda cells, i: cells.pop(i)),
+                  {"ffn_tests": (0, r"")}),
+    notebook_case("test cell edited to `pass`", FFN,
+                  lambda: transform_cell(stub(complete(FFN), "ffn_impl", student_version(FFN)), "ffn_tests",
+                                         lambda cells, i: setattr(cells[i], "source", "pass")),
+                  {"ffn_tests": (0, "not implemented yet")}),
+    notebook_case("test cell turned into markdown", FFN,
+                  lambda: transform_cell(stub(complete(FFN), "ffn_impl", student_version(FFN)), "ffn_tests",
+                                         lambda cells, i: cells.__setitem__(
+                                             i, nbformat.v4.new_markdown_cell(cells[i].source, metadata=cells[i].metadata))),
+                  {"ffn_tests": (0, "not implemented yet")}),
+    notebook_case("cell duplicated (duplicate grade ids)", FFN,
+                  lambda: transform_cell(stub(complete(FFN), "ffn_impl", student_version(FFN)), "ffn_tests",
+                                         lambda cells, i: cells.insert(i + 1, _copy_of(cells[i]))),
+                  {"ffn_tests": (0, "not implemented yet")}),
+    notebook_case("infinite loop in one exercise", FFN,
+                  lambda: edit(complete(FFN), "trace_impl", "hidden = ffn.linear1(x)",
+                               "while True:\n        pass\n    hidden = ffn.linear1(x)"),
+                  {"trace_tests": (0, r"(?i)timeout|timed out|interrupt")}),
+    notebook_case("huge memory allocation", FFN,
+                  lambda: edit(complete(FFN), "collapse_impl", "weight = linear2.weight @ linear1.weight",
+                               "waste = torch.empty(2**40, 2**20)\n    weight = linear2.weight @ linear1.weight"),
+                  {"collapse_tests": (0, r"RuntimeError")}),
+    notebook_case("syntax error in one cell", FFN,
+                  lambda: edit(complete(FFN), "load_weights_impl", "with torch.no_grad():", "with torch.no_grad() (:"),
+                  {"load_weights_tests": (0, r"NameError: name 'load_paper_weights' is not defined")}),
+    notebook_case("exception at import", FFN,
+                  lambda: insert_cell_after_setup(complete(FFN), "import a_module_that_does_not_exist")),
+    notebook_case("NaN outputs", FFN, ffn_forward("return self.linear2(hidden) * float('nan')"),
+                  {"ffn_tests": (0, "NaN")}),
+    notebook_case("wrong shape", FFN, ffn_forward("return self.linear2(hidden)[..., :-1]"),
+                  {"ffn_tests": (0, "expected shape")}),
+    notebook_case("wrong dtype", FFN, ffn_forward("return self.linear2(hidden).double()"),
+                  {"ffn_tests": (0, "dtype")}),
+    notebook_case("modifies its input in place", FFN,
+                  lambda: edit(complete(FFN), "trace_impl", "residual = x + output",
+                               "residual = x + output\n    x.add_(1.0)"),
+                  {"trace_tests": (0, "in place")}),
+    notebook_case("returns an object whose __eq__ is always True", FFN,
+                  ffn_forward("return type('Equal', (), {'__eq__': lambda self, other: True})()"),
+                  {"ffn_tests": (0, "expected a torch.Tensor")}),
+    notebook_case("overrides showtraceback", FFN,
+                  lambda: insert_cell_after_setup(student_version(FFN),
+                                                  "get_ipython().showtraceback = lambda *args, **kwargs: None"),
+                  all_zero="not implemented yet"),
+    notebook_case("calls sys.exit(0)", FFN, ffn_forward("import sys\n        sys.exit(0)"),
+                  {"ffn_tests": (0, r"sys\.exit")}),
+    notebook_case("prints to stderr", FFN,
+                  ffn_forward("import sys\n        print('debug', file=sys.stderr)\n        return self.linear2(hidden)")),
+    notebook_case("delegates to the tfcourse reference", FFN,
+                  lambda: edit(complete(FFN), "ffn_impl", RELU,
+                               "from tfcourse.ffn import PositionwiseFeedForward\n"
+                               "        hidden = torch.relu(PositionwiseFeedForward(x.shape[-1]).linear1(x))"),
+                  {"ffn_tests": (0, "off-limits")}),
+    notebook_case("renamed notebook", FFN, lambda: complete(FFN), filename="04_ffn-Copy1.ipynb"),
+    Case("missing notebook", FFN, lambda folder: None, all_zero="missing"),
+    raw_case("not valid JSON", FFN, '{"cells": [', all_zero="not a valid notebook"),
+    notebook_case("kernelspec names another kernel", FFN,
+                  lambda: _with_kernel(complete(FFN), {"name": "julia-1.10", "display_name": "Julia", "language": "julia"})),
+    # one buggy exercise per lesson: only that exercise loses its points
+    notebook_case("buggy decode: token by token", "01_tokenization",
+                  lambda: edit(complete("01_tokenization"), "bpe_decode_impl",
+                               'data = b"".join(vocab[i] for i in ids)',
+                               'return "".join(vocab[i].decode("utf-8", errors="replace") for i in ids)\n    data = b""'),
+                  {"bpe_decode_tests": (0, "token by token")}),
+    notebook_case("buggy learned positions: offset ignored", "02_embeddings",
+                  lambda: edit(complete("02_embeddings"), "learned_positions_impl",
+                               "return x + self.weight[offset : offset + length]", "return x + self.weight[:length]"),
+                  {"learned_positions_tests": (0, "offset")}),
+    notebook_case("buggy causal mask: diagonal blocked", "03_attention",
+                  lambda: edit(complete("03_attention"), "causal_mask_impl", ".tril(diagonal=t_k - t_q)",
+                               ".tril(diagonal=t_k - t_q - 1)"),
+                  {"causal_mask_tests": (0, "diagonal")}),
+    notebook_case("delegates to the torch built-in", "03_attention",
+                  lambda: edit(complete("03_attention"), "causal_mask_impl",
+                               "return torch.ones(t_q, t_k, dtype=torch.bool, device=device).tril(diagonal=t_k - t_q)",
+                               "return torch.nn.Transformer.generate_square_subsequent_mask(t_q) == 0"),
+                  {"causal_mask_tests": (0, "off-limits")}),
+    notebook_case("buggy encoder stack: every layer reads the input", "05_blocks",
+                  lambda: edit(complete("05_blocks"), "encoder_stack_impl", "x = layer(x, mask)",
+                               "out = layer(x, mask)"),
+                  {"encoder_stack_tests": (0, "")}),
+    notebook_case("buggy shift_right: shifted left", "06_models_decoding",
+                  lambda: edit(complete("06_models_decoding"), "shift_right_impl",
+                               "return torch.cat([bos, tgt[:, :-1]], dim=1)", "return torch.cat([tgt[:, 1:], bos], dim=1)"),
+                  {"shift_right_tests": (0, "left")}),
+]
+
+
+def _copy_of(cell):
+    duplicate = copy.deepcopy(cell)
+    duplicate.id = "duplicate"
+    return duplicate
+
+
+def _with_kernel(nb, kernelspec):
+    nb.metadata["kernelspec"] = kernelspec
+    return nb
+
+
+def _sha(path: Path | None) -> str | None:
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path and path.exists() else None
+
+
+def _points(result) -> str:
+    return ", ".join(f"{e.grade_id.removesuffix('_tests')} {e.score:g}/{e.max_score:g}" for e in result.exercises)
+
+
+LESSONS = sorted({case.lesson for case in CASES})
+REPEATS = 3  # the no-ReLU submission is graded this many times: the scores must not vary
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_catalogue_of_submissions_is_graded_as_intended(lesson, tmp_path):
+    cases = [case for case in CASES if case.lesson == lesson]
+    paths, hashes = {}, {}
+    for i, case in enumerate(cases):
+        folder = tmp_path / f"learner{i}"
+        folder.mkdir()
+        built = case.build(folder)
+        paths[f"learner{i}"] = find_notebook(folder, lesson) if built is not None else None
+        hashes[f"learner{i}"] = _sha(built)
+    repeated = [i for i, case in enumerate(cases) if case.name == "buggy FFN: no ReLU"]
+    for r in range(1, REPEATS):
+        for i in repeated:
+            paths[f"learner{i}-again{r}"] = paths[f"learner{i}"]
+    results = grade_submissions(lesson, paths, ROOT / "solutions", CONFIG, timeout=TIMEOUT)
+
+    for i, case in enumerate(cases):
+        student = f"learner{i}"
+        result = results[student]
+        CATALOGUE.append((case.name, lesson, _points(result) + (f"  [{result.problem}]" if result.problem else "")))
+        assert _sha(paths[student]) == hashes[student], f"{case.name}: the learner's file changed"
+        assert result.exercises, f"{case.name}: no exercises graded"
+        for exercise in result.exercises:
+            if case.all_zero is not None:
+                expected, pattern = 0.0, case.all_zero
+            elif exercise.grade_id in case.losing:
+                expected, pattern = case.losing[exercise.grade_id]
+            else:
+                expected, pattern = exercise.max_score, ""
+            assert exercise.score == expected, (
+                f"{case.name}: {exercise.grade_id} scored {exercise.score}, expected {expected} ({exercise.message})")
+            assert re.search(pattern, exercise.message), (
+                f"{case.name}: {exercise.grade_id} message {exercise.message!r} should match {pattern!r}")
+    for i in repeated:
+        for r in range(1, REPEATS):
+            again = results[f"learner{i}-again{r}"]
+            assert [(e.grade_id, e.score) for e in again.exercises] == \
+                   [(e.grade_id, e.score) for e in results[f"learner{i}"].exercises], "scores vary between autogrades"
