@@ -4,6 +4,8 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.tfcourse-installed
+# The environment's programs first: nbgrader runs `alembic` and `jupyter` by name.
+export PATH := $(abspath $(BIN)):$(PATH)
 
 .PHONY: help lab test bench solutions solutions-fast student-version clean-venv
 
@@ -18,8 +20,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -e .
 	@touch $(STAMP)
 
+# Jupyter refuses to run as root unless told; containers often run as root.
+ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
+
 lab: $(STAMP)  ## set up, then open the course in JupyterLab
-	$(BIN)/jupyter lab notebooks/
+	$(BIN)/jupyter lab $(ALLOW_ROOT) notebooks/
 
 test: $(STAMP)  ## set up, then run the whole test suite
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
