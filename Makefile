@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.tfcourse-installed
 # The environment's programs first: nbgrader runs `alembic` and `jupyter` by name.
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: help lab test bench solutions solutions-fast student-version clean-venv
+.PHONY: help lab test grade bench solutions solutions-fast student-version clean-venv
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -28,6 +28,9 @@ lab: $(STAMP)  ## set up, then open the course in JupyterLab
 
 test: $(STAMP)  ## set up, then run the whole test suite
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+grade: $(STAMP)  ## grade your notebooks with the full tests (tfcourse grade)
+	$(BIN)/tfcourse grade
 
 bench: $(STAMP)  ## print the package's performance figures
 	$(BIN)/python -m tfcourse.bench

@@ -56,7 +56,7 @@ def test_readme_quick_start_commands_are_make_targets():
 
 def test_make_help_lists_the_targets():
     out = subprocess.run(["make", "-s", "help"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    for target in ("lab", "test", "bench"):
+    for target in ("lab", "test", "grade", "bench", "solutions", "solutions-fast", "student-version"):
         assert target in out
 
 
