@@ -10,19 +10,17 @@ fail; compare figures taken in one run. Targets (2-core CPU):
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
 
 import torch
 
 from .data import get_batch, load_tiny_shakespeare, train_val_split
 from .decoding import generate
-from .models import GPT, GPTConfig
+from .models import GPT
+from .recipes import CPU_RECIPE  # nanoGPT's CPU recipe; lesson 07 trains it for 2,000 steps
 from .tokenizers import CharTokenizer, train_bpe
-from .train import TrainConfig, train
-
-# nanoGPT's CPU recipe for shakespeare_char; the course's lesson 07 trains it for 2,000 steps.
-CPU_RECIPE = dict(n_layers=4, n_heads=4, d_model=128, max_len=64, dropout=0.0)
-CPU_BATCH_SIZE = 12
+from .train import train
 
 
 def bench_bpe(text: str, vocab_size: int = 1000) -> dict:
@@ -37,13 +35,13 @@ def bench_training(text: str, steps: int = 300) -> dict:
     tokenizer = CharTokenizer.from_text(text)
     data = torch.tensor(tokenizer.encode(text), dtype=torch.long)
     splits = dict(zip(("train", "val"), train_val_split(data)))
-    model = GPT(GPTConfig(vocab_size=tokenizer.vocab_size, **CPU_RECIPE))
+    model = GPT(CPU_RECIPE.gpt_config(tokenizer.vocab_size))
 
     def batches(split: str, generator: torch.Generator):
-        return get_batch(splits[split], CPU_BATCH_SIZE, CPU_RECIPE["max_len"], generator)
+        return get_batch(splits[split], CPU_RECIPE.batch_size, CPU_RECIPE.context, generator)
 
-    config = TrainConfig(max_steps=steps, warmup_steps=min(100, steps), eval_interval=steps, eval_steps=5,
-                         device="cpu", progress=False)
+    config = dataclasses.replace(CPU_RECIPE.train, max_steps=steps, warmup_steps=min(100, steps),
+                                 eval_interval=steps, eval_steps=5, device="cpu", progress=False)
     history = train(model, batches, config)
     return {"tokens_per_sec": history["tokens_per_sec"], "steps": steps, "seconds": history["seconds"]}
 
@@ -52,7 +50,7 @@ def bench_training(text: str, steps: int = 300) -> dict:
 def bench_kv_cache(new_tokens: int = 500, repeats: int = 2) -> dict:
     """Seconds to generate `new_tokens` greedily with and without the key/value cache."""
     torch.manual_seed(0)
-    config = GPTConfig(vocab_size=65, **{**CPU_RECIPE, "max_len": new_tokens + 1})
+    config = dataclasses.replace(CPU_RECIPE.model, max_len=new_tokens + 1)
     model = GPT(config).eval()
     prompt = torch.zeros(1, 1, dtype=torch.long)
     seconds = {}

@@ -1,0 +1,487 @@
+"""Lesson 07's checks: right answers pass, every usual mistake is named, the answers are off-limits."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import tfcourse.data
+import tfcourse.train
+from tfcourse.checks.core import CheckFailed, OffLimitsError
+from tfcourse.checks.training import check_estimate_loss, check_get_batch, check_lr_schedule, check_train_step
+
+
+@pytest.fixture(autouse=True)
+def _tiny_models_on_one_thread(one_thread):
+    """Tiny models are fastest on one thread (see conftest.py), and a busy second core cannot stall them."""
+
+
+def assert_passes(check, learner, capfd) -> None:
+    check(learner, hidden=True)
+    out, err = capfd.readouterr()
+    assert out.startswith("✔ ") and out.count("\n") == 1, out
+    assert err == ""
+
+
+def stub(*args, **kwargs):
+    raise NotImplementedError()
+
+
+@pytest.mark.parametrize("check", [check_get_batch, check_lr_schedule, check_train_step, check_estimate_loss])
+def test_a_stub_is_not_implemented_yet(check):
+    with pytest.raises(CheckFailed, match="not implemented yet"):
+        check(stub)
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercise 1: the batch sampler
+# ----------------------------------------------------------------------------------------------
+
+
+def get_batch(data, batch_size, context_len, generator):
+    starts = torch.randint(0, len(data) - context_len, (batch_size,), generator=generator)  # (B,)
+    positions = starts[:, None] + torch.arange(context_len)[None, :]  # (B, T)
+    return data[positions], data[positions + 1]
+
+
+def get_batch_with_a_loop(data, batch_size, context_len, generator):
+    starts = torch.randint(len(data) - context_len, (batch_size,), generator=generator)
+    x = torch.stack([data[i : i + context_len] for i in starts])
+    y = torch.stack([data[i + 1 : i + 1 + context_len] for i in starts])
+    return x, y
+
+
+def same_windows(data, batch_size, context_len, generator):
+    x, _ = get_batch(data, batch_size, context_len, generator)
+    return x, x.clone()
+
+
+def starts_one_short(data, batch_size, context_len, generator):
+    starts = torch.randint(0, len(data) - context_len - 1, (batch_size,), generator=generator)
+    positions = starts[:, None] + torch.arange(context_len)[None, :]
+    return data[positions], data[positions + 1]
+
+
+def starts_one_long(data, batch_size, context_len, generator):
+    starts = torch.randint(0, len(data) - context_len + 1, (batch_size,), generator=generator)
+    positions = starts[:, None] + torch.arange(context_len)[None, :]
+    return data[positions], data[positions + 1]
+
+
+def two_starts(data, batch_size, context_len, generator):
+    x, _ = get_batch(data, batch_size, context_len, generator)
+    _, y = get_batch(data, batch_size, context_len, generator)
+    return x, y
+
+
+def global_rng(data, batch_size, context_len, generator):
+    return get_batch(data, batch_size, context_len, None)
+
+
+def crashes_with_one_window(data, batch_size, context_len, generator):
+    if len(data) == context_len + 1:
+        torch.randint(0, 0, (1,))
+    return get_batch(data, batch_size, context_len, generator)
+
+
+def float_windows(data, batch_size, context_len, generator):
+    x, y = get_batch(data, batch_size, context_len, generator)
+    return x.float(), y.float()
+
+
+def returns_three(data, batch_size, context_len, generator):
+    return (*get_batch(data, batch_size, context_len, generator), None)
+
+
+def calls_the_reference(data, batch_size, context_len, generator):
+    return tfcourse.data.get_batch(data, batch_size, context_len, generator)
+
+
+@pytest.mark.parametrize("learner", [get_batch, get_batch_with_a_loop])
+def test_get_batch_right_answers_pass(learner, capfd):
+    assert_passes(check_get_batch, learner, capfd)
+
+
+@pytest.mark.parametrize(("learner", "message"), [
+    (same_windows, "x and y being the same windows"),
+    (starts_one_short, r"\[0, len\(data\) - T - 1\)"),
+    (starts_one_long, r"\[0, len\(data\) - T \+ 1\)"),
+    (two_starts, "two different random starts"),
+    (global_rng, "same seed gave different batches"),
+    (crashes_with_one_window, "exactly one window"),
+    (float_windows, "expected dtype torch.int64"),
+    (returns_three, r"expected a tuple \(x, y\)"),
+])
+def test_get_batch_mistakes_are_named(learner, message):
+    with pytest.raises(CheckFailed, match=message):
+        check_get_batch(learner, hidden=True)
+
+
+def test_get_batch_reference_is_off_limits():
+    with pytest.raises(OffLimitsError, match="tfcourse.data.get_batch"):
+        check_get_batch(calls_the_reference)
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercise 2: the learning-rate schedule
+# ----------------------------------------------------------------------------------------------
+
+
+def lr_at(step, config):
+    if step < config.warmup_steps:
+        return config.lr * step / config.warmup_steps
+    if step >= config.max_steps:
+        return config.min_lr
+    progress = (step - config.warmup_steps) / (config.max_steps - config.warmup_steps)
+    cosine = 0.5 * (1.0 + math.cos(math.pi * progress))
+    return config.min_lr + cosine * (config.lr - config.min_lr)
+
+
+def _schedule(warmup, decay, after=lambda step, c: c.min_lr):
+    def learner(step, c):
+        if step < c.warmup_steps:
+            return warmup(step, c)
+        if step >= c.max_steps:
+            return after(step, c)
+        return decay(step, c)
+    return learner
+
+
+def _cosine(progress, c, floor=None):
+    floor = c.min_lr if floor is None else floor
+    return floor + 0.5 * (c.lr - floor) * (1 + math.cos(math.pi * progress))
+
+
+def _progress(step, c):
+    return (step - c.warmup_steps) / (c.max_steps - c.warmup_steps)
+
+
+RAMP = lambda step, c: c.lr * step / c.warmup_steps  # noqa: E731
+DECAY = lambda step, c: _cosine(_progress(step, c), c)  # noqa: E731
+
+
+def lr_as_tensor(step, config):
+    return torch.tensor(lr_at(step, config))
+
+
+def no_warmup_at_all(step, c):
+    return _cosine(min(step, c.max_steps) / c.max_steps, c)
+
+
+def calls_the_reference_lr(step, config):
+    return tfcourse.train.lr_at(step, config)
+
+
+def uses_torch_scheduler(step, config):
+    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=config.lr)
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, config.max_steps, config.min_lr)
+    for _ in range(step):
+        scheduler.step()
+    return optimizer.param_groups[0]["lr"]
+
+
+@pytest.mark.parametrize("learner", [lr_at, lr_as_tensor])
+def test_lr_schedule_right_answers_pass(learner, capfd):
+    assert_passes(check_lr_schedule, learner, capfd)
+
+
+@pytest.mark.parametrize(("learner", "message"), [
+    (no_warmup_at_all, r"\*without\* warm-up"),
+    (_schedule(lambda s, c: _cosine(_progress(s, c), c), DECAY), r"\*without\* warm-up \(the cosine formula"),
+    (_schedule(RAMP, lambda s, c: _cosine(_progress(s, c), c, 0.0)), "decays to 0 instead of min_lr"),
+    (_schedule(RAMP, lambda s, c: _cosine(_progress(s, c), c, 0.0), lambda s, c: 0.0), r"and 0 after max_steps"),
+    (_schedule(RAMP, lambda s, c: _cosine((s - c.warmup_steps) / c.max_steps, c)), "has not reached min_lr"),
+    (_schedule(RAMP, lambda s, c: _cosine(s / c.max_steps, c)), "decay must start at the end of warm-up"),
+    (_schedule(lambda s, c: c.lr * (s + 1) / c.warmup_steps, DECAY), r"off-by-one warm-up, lr·\(step \+ 1\)/warmup_steps"),
+    (_schedule(lambda s, c: c.lr * (s + 1) / (c.warmup_steps + 1), DECAY), r"\(warmup_steps \+ 1\)"),
+    (_schedule(lambda s, c: c.lr * s / (c.warmup_steps - 1), DECAY), r"\(warmup_steps − 1\)"),
+    (_schedule(RAMP, lambda s, c: c.lr - (c.lr - c.min_lr) * _progress(s, c)), "linear decay"),
+    (_schedule(RAMP, DECAY, DECAY), "rises again after max_steps"),
+])
+def test_lr_schedule_mistakes_are_named(learner, message):
+    with pytest.raises(CheckFailed, match=message):
+        check_lr_schedule(learner)
+
+
+def test_lr_schedule_strict_end_of_run_fails_only_where_warmup_is_the_whole_run():
+    def strict(step, c):  # `step > max_steps` divides by zero when warmup_steps == max_steps
+        if step < c.warmup_steps:
+            return RAMP(step, c)
+        if step > c.max_steps:
+            return c.min_lr
+        return DECAY(step, c)
+
+    check_lr_schedule(strict)
+    with pytest.raises(CheckFailed, match="ZeroDivisionError"):
+        check_lr_schedule(strict, hidden=True)
+
+
+def test_lr_schedule_returning_text_is_refused():
+    with pytest.raises(CheckFailed, match="expected a number, got str"):
+        check_lr_schedule(lambda step, config: "0.001")
+
+
+@pytest.mark.parametrize(("learner", "name"), [
+    (calls_the_reference_lr, "tfcourse.train.lr_at"),
+    (uses_torch_scheduler, "CosineAnnealingLR"),
+])
+def test_lr_schedule_answers_are_off_limits(learner, name):
+    with pytest.raises(OffLimitsError, match=name):
+        check_lr_schedule(learner)
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercise 3: one training step
+# ----------------------------------------------------------------------------------------------
+
+
+def _loss(model, x, y):
+    logits = model(x)  # (B, T, V)
+    B, T, V = logits.shape
+    return F.cross_entropy(logits.reshape(B * T, V), y.reshape(B * T))
+
+
+def train_step(model, batch, optimizer, grad_clip):
+    x, y = batch
+    loss = _loss(model, x, y)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return loss.item()
+
+
+def zero_grad_first(model, batch, optimizer, grad_clip):
+    model.zero_grad()
+    loss = _loss(model, *batch)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    optimizer.step()
+    return loss.item()
+
+
+def no_zero_grad(model, batch, optimizer, grad_clip):
+    loss = _loss(model, *batch)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    optimizer.step()
+    return loss.item()
+
+
+def clip_after_step(model, batch, optimizer, grad_clip):
+    loss = _loss(model, *batch)
+    loss.backward()
+    optimizer.step()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    optimizer.zero_grad()
+    return loss.item()
+
+
+def clip_after_step_zero_first(model, batch, optimizer, grad_clip):
+    optimizer.zero_grad()
+    loss = _loss(model, *batch)
+    loss.backward()
+    optimizer.step()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    return loss.item()
+
+
+def no_clipping(model, batch, optimizer, grad_clip):
+    loss = _loss(model, *batch)
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    return loss.item()
+
+
+def zero_grad_before_step(model, batch, optimizer, grad_clip):
+    loss = _loss(model, *batch)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    optimizer.zero_grad()
+    optimizer.step()
+    return loss.item()
+
+
+def zero_grad_to_zeros_before_step(model, batch, optimizer, grad_clip):
+    loss = _loss(model, *batch)
+    loss.backward()
+    optimizer.zero_grad(set_to_none=False)
+    optimizer.step()
+    return loss.item()
+
+
+def clip_values(model, batch, optimizer, grad_clip):
+    loss = _loss(model, *batch)
+    loss.backward()
+    torch.nn.utils.clip_grad_value_(model.parameters(), grad_clip)
+    optimizer.step()
+    optimizer.zero_grad()
+    return loss.item()
+
+
+def fixed_threshold(model, batch, optimizer, grad_clip):
+    return train_step(model, batch, optimizer, 0.5)
+
+
+def returns_the_tensor(model, batch, optimizer, grad_clip):
+    train_step(model, batch, optimizer, grad_clip)
+    return torch.tensor(0.0)
+
+
+def summed_loss(model, batch, optimizer, grad_clip):
+    x, y = batch
+    logits = model(x)
+    B, T, V = logits.shape
+    loss = F.cross_entropy(logits.reshape(B * T, V), y.reshape(B * T), reduction="sum")
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    optimizer.step()
+    optimizer.zero_grad()
+    return loss.item()
+
+
+def two_steps(model, batch, optimizer, grad_clip):
+    train_step(model, batch, optimizer, grad_clip)
+    return train_step(model, batch, optimizer, grad_clip)
+
+
+def no_step(model, batch, optimizer, grad_clip):
+    return _loss(model, *batch).item()
+
+
+def calls_the_reference_step(model, batch, optimizer, grad_clip):
+    config = tfcourse.train.TrainConfig(grad_clip=grad_clip, amp=False)
+    scaler = torch.amp.GradScaler("cpu", enabled=False)
+    return tfcourse.train.train_step(model, batch, optimizer, scaler, config)
+
+
+def uses_default_loss(model, batch, optimizer, grad_clip):
+    loss = tfcourse.train.default_loss(model, *batch)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    optimizer.step()
+    optimizer.zero_grad()
+    return loss.item()
+
+
+@pytest.mark.parametrize("learner", [train_step, zero_grad_first])
+def test_train_step_right_answers_pass(learner, capfd):
+    assert_passes(check_train_step, learner, capfd)
+
+
+@pytest.mark.parametrize(("learner", "message"), [
+    (no_zero_grad, r"\*without\* zero_grad\(\)"),
+    (clip_after_step, r"clipping \*after\* the optimizer step"),
+    (clip_after_step_zero_first, r"clipping \*after\* the optimizer step"),
+    (no_clipping, "gradients were not clipped"),
+    (zero_grad_before_step, r"zero_grad\(\) ran between backward\(\) and optimizer.step\(\)"),
+    (zero_grad_to_zeros_before_step, r"zero_grad\(\) ran between backward\(\) and optimizer.step\(\)"),
+    (clip_values, "clip_grad_value_ instead of clip_grad_norm_"),
+    (fixed_threshold, r"was still 0.5 > grad_clip=0.05 at step\(\): clip the norm of all gradients together, to grad_clip"),
+    (returns_the_tensor, "returned a tensor"),
+    (summed_loss, r"\*sum\* of the per-token losses"),
+    (two_steps, r"called optimizer.step\(\) 2 times"),
+    (no_step, r"never called optimizer.step\(\)"),
+])
+def test_train_step_mistakes_are_named(learner, message):
+    with pytest.raises(CheckFailed, match=message):
+        check_train_step(learner)
+
+
+@pytest.mark.parametrize(("learner", "name"), [
+    (calls_the_reference_step, "tfcourse.train.train_step"),
+    (uses_default_loss, "tfcourse.train.default_loss"),
+])
+def test_train_step_answers_are_off_limits(learner, name):
+    with pytest.raises(OffLimitsError, match=name):
+        check_train_step(learner)
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercise 4: the evaluation loop
+# ----------------------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def estimate_loss(model, batches):
+    was_training = model.training
+    model.eval()
+    losses = [_loss(model, x, y).item() for x, y in batches]
+    model.train(was_training)
+    return sum(losses) / len(losses)
+
+
+def estimate_loss_as_tensor(model, batches):
+    model.eval()
+    with torch.inference_mode():
+        loss = torch.stack([_loss(model, x, y) for x, y in batches]).mean()
+    model.train()
+    return loss
+
+
+@torch.no_grad()
+def dropout_active(model, batches):
+    return sum(_loss(model, x, y).item() for x, y in batches) / len(batches)
+
+
+def gradients_tracked(model, batches):
+    model.eval()
+    losses = [_loss(model, x, y).item() for x, y in batches]
+    model.train()
+    return sum(losses) / len(losses)
+
+
+@torch.no_grad()
+def left_in_eval_mode(model, batches):
+    model.eval()
+    return sum(_loss(model, x, y).item() for x, y in batches) / len(batches)
+
+
+@torch.no_grad()
+def summed(model, batches):
+    model.eval()
+    total = sum(_loss(model, x, y).item() for x, y in batches)
+    model.train()
+    return total
+
+
+@torch.no_grad()
+def last_batch_only(model, batches):
+    model.eval()
+    for x, y in batches:
+        loss = _loss(model, x, y).item()
+    model.train()
+    return loss
+
+
+def calls_the_reference_estimate(model, batches):
+    iterator = iter(batches * 2)
+    losses = tfcourse.train.estimate_loss(model, lambda split, g: next(iterator), len(batches),
+                                          tfcourse.train.default_loss, torch.device("cpu"))
+    return losses["val"]
+
+
+@pytest.mark.parametrize("learner", [estimate_loss, estimate_loss_as_tensor])
+def test_estimate_loss_right_answers_pass(learner, capfd):
+    assert_passes(check_estimate_loss, learner, capfd)
+
+
+@pytest.mark.parametrize(("learner", "message"), [
+    (dropout_active, "dropout was active during evaluation"),
+    (gradients_tracked, "tracked gradients"),
+    (left_in_eval_mode, "left in eval mode"),
+    (summed, r"\*sum\* of the batch losses"),
+    (last_batch_only, "last batch only"),
+])
+def test_estimate_loss_mistakes_are_named(learner, message):
+    with pytest.raises(CheckFailed, match=message):
+        check_estimate_loss(learner)
+
+
+def test_estimate_loss_reference_is_off_limits():
+    with pytest.raises(OffLimitsError, match="tfcourse.train.estimate_loss"):
+        check_estimate_loss(calls_the_reference_estimate)

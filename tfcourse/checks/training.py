@@ -1,0 +1,478 @@
+"""Checks for lesson 07: training a GPT on Tiny Shakespeare.
+
+The batch sampler (against tfcourse.data.get_batch with the same generator), the learning-rate
+schedule (against tfcourse.train.lr_at), one training step (against tfcourse.train.train_step on
+a tiny GPT: the same parameters afterwards) and the evaluation loop (against
+tfcourse.train.estimate_loss, watching the model's mode and autograd while it runs).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..data import get_batch as reference_get_batch
+from ..models import GPT, GPTConfig
+from ..train import TrainConfig, default_loss, estimate_loss as reference_estimate_loss
+from ..train import lr_at as reference_lr_at
+from ..train import train_step as reference_train_step
+from .core import CheckFailed, call_learner, compare, expect_unchanged, learner_namespaces, off_limits, passed, seeded
+
+GET_BATCH_OFF_LIMITS = ["tfcourse.data.get_batch"]
+LR_OFF_LIMITS = [
+    "tfcourse.train.lr_at",
+    "torch.optim.lr_scheduler.CosineAnnealingLR",
+    "torch.optim.lr_scheduler.CosineAnnealingWarmRestarts",
+    "torch.optim.lr_scheduler.OneCycleLR",
+    "torch.optim.lr_scheduler.LinearLR",
+    "torch.optim.lr_scheduler.SequentialLR",
+]
+TRAIN_STEP_OFF_LIMITS = ["tfcourse.train.train_step", "tfcourse.train.default_loss"]
+ESTIMATE_LOSS_OFF_LIMITS = ["tfcourse.train.estimate_loss", "tfcourse.train.default_loss"]
+
+
+def _hidden_note(hidden: bool) -> str:
+    return " (hidden cases included)" if hidden else ""
+
+
+def _as_float(value: Any, what: str) -> float:
+    """A number the learner returned, as a Python float; one clear line if it is something else."""
+    if isinstance(value, Tensor):
+        if value.numel() != 1:
+            raise CheckFailed(f"{what}: expected one number, got a tensor of shape {tuple(value.shape)}")
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise CheckFailed(f"{what}: expected a number, got {type(value).__name__}")
+    return float(value)
+
+
+# ----------------------------------------------------------------------------------------------
+# 1. The batch sampler
+# ----------------------------------------------------------------------------------------------
+
+
+def _windows(data: Tensor, starts: Tensor, context_len: int) -> tuple[Tensor, Tensor]:
+    positions = starts[:, None] + torch.arange(context_len)[None, :]  # (B, T)
+    return data[positions], data[positions + 1]
+
+
+def _batch_mistakes(data: Tensor, batch_size: int, context_len: int, seed: int) -> dict[str, tuple[Tensor, Tensor]]:
+    """The (x, y) that the usual mistakes give with the same generator."""
+    n = data.shape[0]
+    mistakes: dict[str, tuple[Tensor, Tensor]] = {}
+    starts = torch.randint(0, n - context_len, (batch_size,), generator=seeded(seed))
+    x, y = _windows(data, starts, context_len)
+    mistakes["x and y being the same windows: y must be x shifted one token ahead"] = (x, x.clone())
+    if n - context_len - 1 > 0:
+        short = torch.randint(0, n - context_len - 1, (batch_size,), generator=seeded(seed))
+        mistakes["windows whose starts are drawn from [0, len(data) - T - 1): the last possible window is never "
+                  "drawn (randint's upper bound is already exclusive)"] = _windows(data, short, context_len)
+    long_ = torch.randint(0, n - context_len + 1, (batch_size,), generator=seeded(seed))
+    if int(long_.max()) < n - context_len:  # otherwise that mistake would have crashed
+        mistakes["windows whose starts are drawn from [0, len(data) - T + 1): a window starting at len(data) - T "
+                 "has no next token for its last position"] = _windows(data, long_, context_len)
+    generator = seeded(seed)
+    first = torch.randint(0, n - context_len, (batch_size,), generator=generator)
+    second = torch.randint(0, n - context_len, (batch_size,), generator=generator)
+    mistakes["x and y cut at two different random starts (randint called twice): y must come from x's own "
+             "windows"] = (_windows(data, first, context_len)[0], _windows(data, second, context_len)[1])
+    return mistakes
+
+
+def _expect_pair(result: Any, what: str) -> tuple[Any, Any]:
+    if not isinstance(result, tuple) or len(result) != 2:
+        got = f"a tuple of {len(result)}" if isinstance(result, tuple) else type(result).__name__
+        raise CheckFailed(f"{what}: expected a tuple (x, y), got {got}")
+    return result
+
+
+def _compare_batch(what: str, x: Any, y: Any, expected: tuple[Tensor, Tensor],
+                   mistakes: dict[str, tuple[Tensor, Tensor]]) -> None:
+    if isinstance(x, Tensor) and isinstance(y, Tensor) and x.shape == y.shape == expected[0].shape:
+        actual = torch.stack([x, y]).long()  # (2, B, T)
+        if not torch.equal(actual, torch.stack(expected)):
+            for description, (mx, my) in mistakes.items():
+                if torch.equal(actual, torch.stack([mx, my]).long()):
+                    raise CheckFailed(f"{what}: your batch equals {description}")
+    compare(x, expected[0], f"{what}: x", atol=0, rtol=0)
+    compare(y, expected[1], f"{what}: y", atol=0, rtol=0)
+
+
+def check_get_batch(learner_fn: Callable, hidden: bool = False) -> None:
+    """get_batch(data, batch_size, context_len, generator) -> (x, y), both (B, T) of torch.long, with
+    x[b] = data[i : i + T] and y[b] = data[i + 1 : i + T + 1], i drawn by torch.randint(0, len(data) - T,
+    (B,), generator=generator): the same windows as tfcourse.data.get_batch for the same seed."""
+    # (tokens in data, batch_size, context_len, vocabulary, seed)
+    cases = [(200, 4, 8, 65, 0), (6, 3, 5, 65, 1), (40, 1, 1, 11, 2)]  # general; one window only; B = T = 1
+    if hidden:
+        cases += [(5000, 16, 32, 65, 3), (50, 2, 48, 7, 4), (1000, 64, 16, 1000, 5)]
+    prepared = []
+    for n, batch_size, context_len, vocab, seed in cases:
+        data = torch.randint(0, vocab, (n,), generator=seeded(100 + seed))
+        expected = reference_get_batch(data, batch_size, context_len, generator=seeded(seed))
+        prepared.append((data, batch_size, context_len, seed, expected,
+                         _batch_mistakes(data, batch_size, context_len, seed)))
+
+    with off_limits(GET_BATCH_OFF_LIMITS, "the batch sampler", learner_namespaces(learner_fn)):
+        # Case by case, so that a mistake the first case names is not hidden by a crash in a later one.
+        for index, (data, batch_size, context_len, seed, expected, mistakes) in enumerate(prepared):
+            data_before = data.clone()
+            what = f"get_batch(data of {len(data)} tokens, batch_size={batch_size}, context_len={context_len})"
+            try:
+                torch.manual_seed(1)  # the global stream: a learner who ignores `generator` draws from it
+                x, y = _expect_pair(call_learner(what, learner_fn, data, batch_size, context_len, seeded(seed)), what)
+            except CheckFailed as failure:
+                if len(data) == context_len + 1:
+                    raise CheckFailed(f"{failure} — with len(data) = context_len + 1 there is exactly one window, "
+                                      "starting at 0: randint(0, len(data) - context_len, ...) must still work") from None
+                raise
+            expect_unchanged([data_before], [data], what)
+            if index == 0:  # the same seed must give the same batch, whatever the global RNG did
+                torch.manual_seed(2)
+                again = _expect_pair(call_learner(what, learner_fn, data, batch_size, context_len, seeded(seed)), what)
+                if isinstance(x, Tensor) and isinstance(again[0], Tensor) and x.shape == again[0].shape \
+                        and not torch.equal(x, again[0]):
+                    raise CheckFailed(f"{what}: two generators with the same seed gave different batches: draw the "
+                                      "starts with torch.randint(..., generator=generator), not from the global RNG")
+            _compare_batch(what, x, y, expected, mistakes)
+    passed(f"get_batch draws the same windows as tfcourse.data.get_batch on {len(cases)} cases{_hidden_note(hidden)}")
+
+
+# ----------------------------------------------------------------------------------------------
+# 2. The learning-rate schedule
+# ----------------------------------------------------------------------------------------------
+
+
+def _schedule_mistakes(steps: list[int], c: TrainConfig) -> dict[str, Tensor]:
+    lr, low, warm, total = c.lr, c.min_lr, c.warmup_steps, c.max_steps
+
+    def cosine(progress: float, floor: float = low) -> float:
+        return floor + 0.5 * (lr - floor) * (1 + math.cos(math.pi * progress))
+
+    def schedule(warmup: Callable[[int], float], decay: Callable[[int], float], after: Callable[[int], float]):
+        return torch.tensor([warmup(s) if s < warm else (after(s) if s >= total else decay(s)) for s in steps],
+                            dtype=torch.float64)
+
+    ramp = lambda s: lr * s / warm  # noqa: E731 - the right warm-up, reused by the mistakes below
+    span = max(total - warm, 1)
+    right_decay = lambda s: cosine((s - warm) / span)  # noqa: E731
+    floor = lambda s: low  # noqa: E731
+    mistakes = {
+        "a schedule *without* warm-up: the rate must climb linearly from 0 to lr over the first "
+        "warmup_steps steps": torch.tensor([cosine(min(s, total) / total) for s in steps], dtype=torch.float64),
+        "a schedule *without* warm-up (the cosine formula used for the first steps too): the rate must climb "
+        "linearly from 0 to lr first": schedule(lambda s: cosine((s - warm) / span), right_decay, floor),
+        "a cosine that decays to 0 instead of min_lr: use min_lr + ½(lr − min_lr)(1 + cos(π·progress))":
+            schedule(ramp, lambda s: cosine((s - warm) / span, 0.0), floor),
+        "a cosine that decays to 0 instead of min_lr (and 0 after max_steps)":
+            schedule(ramp, lambda s: cosine((s - warm) / span, 0.0), lambda s: 0.0),
+        "a cosine whose progress is (step − warmup_steps) / max_steps: it has not reached min_lr when the run "
+        "ends; divide by (max_steps − warmup_steps)": schedule(ramp, lambda s: cosine((s - warm) / total), floor),
+        "a cosine whose progress is step / max_steps: the decay must start at the end of warm-up":
+            schedule(ramp, lambda s: cosine(s / total), floor),
+        "an off-by-one warm-up, lr·(step + 1)/warmup_steps: steps count from 1 here, so the rate is "
+        "lr·step/warmup_steps and reaches lr exactly at step warmup_steps":
+            schedule(lambda s: lr * (s + 1) / warm, right_decay, floor),
+        "an off-by-one warm-up, lr·(step + 1)/(warmup_steps + 1): steps count from 1 here, so the rate is "
+        "lr·step/warmup_steps": schedule(lambda s: lr * (s + 1) / (warm + 1), right_decay, floor),
+        "an off-by-one warm-up, lr·step/(warmup_steps − 1): the rate passes lr before the warm-up ends":
+            schedule(lambda s: lr * s / max(warm - 1, 1), right_decay, floor),
+        "a linear decay from lr to min_lr: the decay is half a cosine wave":
+            schedule(ramp, lambda s: lr - (lr - low) * (s - warm) / span, floor),
+        "a cosine that rises again after max_steps (cos goes back up past π): return min_lr from max_steps on":
+            schedule(ramp, right_decay, lambda s: cosine((s - warm) / span)),
+    }
+    return mistakes
+
+
+def check_lr_schedule(learner_fn: Callable, hidden: bool = False) -> None:
+    """lr_at(step, config): linear warm-up from 0 to config.lr over config.warmup_steps steps, then half a
+    cosine down to config.min_lr at config.max_steps, and min_lr afterwards; the same as tfcourse.train.lr_at."""
+    configs = [
+        TrainConfig(max_steps=100, warmup_steps=10, lr=1e-3, min_lr=1e-4),
+        TrainConfig(max_steps=2000, warmup_steps=100, lr=1e-3, min_lr=1e-4),
+    ]
+    if hidden:
+        configs += [
+            TrainConfig(max_steps=50, warmup_steps=0, lr=3e-3, min_lr=0.0),  # no warm-up at all, decay to 0
+            TrainConfig(max_steps=20, warmup_steps=20, lr=6e-4, min_lr=6e-5),  # warm-up is the whole run
+            TrainConfig(max_steps=5000, warmup_steps=200, lr=6e-4, min_lr=6e-5),
+            TrainConfig(max_steps=7, warmup_steps=3, lr=0.5, min_lr=0.5),  # a constant rate after warm-up
+        ]
+    prepared = []
+    for config in configs:
+        if config.max_steps <= 200:
+            steps = list(range(0, config.max_steps + 6))
+        else:  # the interesting steps of a long run, and a few in between
+            w, s = config.warmup_steps, config.max_steps
+            steps = sorted({0, 1, 2, w // 2, w - 1, w, w + 1, (w + s) // 2, s // 3, s - 1, s, s + 1, s + 50})
+        expected = torch.tensor([reference_lr_at(step, config) for step in steps], dtype=torch.float64)
+        prepared.append((config, steps, expected, _schedule_mistakes(steps, config)))
+
+    with off_limits(LR_OFF_LIMITS, "the learning-rate schedule", learner_namespaces(learner_fn)):
+        results = []
+        for config, steps, _, _ in prepared:
+            values = []
+            for step in steps:
+                what = (f"lr_at({step}, config) with lr={config.lr:g}, min_lr={config.min_lr:g}, "
+                        f"warmup_steps={config.warmup_steps}, max_steps={config.max_steps}")
+                values.append(_as_float(call_learner(what, learner_fn, step, config), what))
+            results.append(torch.tensor(values, dtype=torch.float64))
+
+    for (config, steps, expected, mistakes), actual in zip(prepared, results):
+        what = (f"the schedule for lr={config.lr:g}, min_lr={config.min_lr:g}, warmup_steps={config.warmup_steps}, "
+                f"max_steps={config.max_steps}")
+        if not torch.allclose(actual, expected, atol=1e-12, rtol=1e-6):
+            for description, wrong in mistakes.items():
+                if torch.allclose(actual, wrong, atol=1e-12, rtol=1e-6):
+                    raise CheckFailed(f"{what}: your rates equal {description}")
+            worst = int((actual - expected).abs().argmax())
+            raise CheckFailed(f"{what}: at step {steps[worst]} your rate is {actual[worst].item():.6g}, the reference "
+                              f"is {expected[worst].item():.6g}")
+    passed(f"lr_at matches tfcourse.train.lr_at on {len(configs)} schedules{_hidden_note(hidden)}")
+
+
+# ----------------------------------------------------------------------------------------------
+# 3. One training step
+# ----------------------------------------------------------------------------------------------
+
+
+def _grad_norm(parameters) -> float | None:
+    """The total L2 norm of the gradients, or None when no parameter has one."""
+    grads = [p.grad for p in parameters if p.grad is not None]
+    if not grads:
+        return None
+    return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.double()) for g in grads])).item()
+
+
+def _flat(model: nn.Module) -> Tensor:
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+
+def _optimizer(model: nn.Module) -> torch.optim.Optimizer:
+    # A large rate, so that each mistake moves the parameters visibly.
+    return torch.optim.AdamW(model.parameters(), lr=1e-2, betas=(0.9, 0.99), weight_decay=0.1)
+
+
+def _manual_steps(model: nn.Module, batches, clip: float, *, zero_grad: bool = True,
+                  clip_fn: Callable | None = None, seeds=()) -> Tensor:
+    """Train a copy of `model` by hand with one ingredient changed; returns its parameters."""
+    model = copy.deepcopy(model)
+    optimizer = _optimizer(model)
+    for seed, (x, y) in zip(seeds, batches):
+        torch.manual_seed(seed)
+        default_loss(model, x, y).backward()
+        if clip_fn is not None:
+            clip_fn(model.parameters(), clip)
+        optimizer.step()
+        if zero_grad:
+            optimizer.zero_grad(set_to_none=True)
+    return _flat(model)
+
+
+class _StepSpy:
+    """Watches an optimizer: the gradient norm when step() starts, and when zero_grad() is called."""
+
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer):
+        self.events: list[tuple[str, float | None]] = []
+        parameters = list(model.parameters())
+        self.handle = optimizer.register_step_pre_hook(
+            lambda opt, args, kwargs: self.events.append(("step", _grad_norm(parameters))))
+        for owner in (optimizer, model):  # optimizer.zero_grad() or model.zero_grad()
+            original = owner.zero_grad
+
+            def spying(*args, _original=original, **kwargs):
+                self.events.append(("zero_grad", _grad_norm(parameters)))
+                return _original(*args, **kwargs)
+
+            owner.zero_grad = spying
+
+    def take(self) -> list[tuple[str, float | None]]:
+        events, self.events = self.events, []
+        return events
+
+
+def check_train_step(learner_fn: Callable, hidden: bool = False) -> None:
+    """train_step(model, batch, optimizer, grad_clip) -> loss as a Python float: forward, cross-entropy loss,
+    backward, clip the gradient norm to grad_clip, optimizer step, zero the gradients. After the same steps,
+    a tiny GPT must have the same parameters as with tfcourse.train.train_step."""
+    # (batch, length, grad_clip, steps, dropout)
+    cases = [(4, 8, 0.05, 2, 0.0), (1, 1, 0.05, 2, 0.0)]
+    if hidden:
+        cases += [(3, 5, 100.0, 2, 0.0), (2, 8, 1.0, 3, 0.0), (4, 6, 0.2, 3, 0.1)]
+    prepared = []
+    for index, (batch, length, clip, n_steps, dropout) in enumerate(cases):
+        torch.manual_seed(index)
+        model = GPT(GPTConfig(vocab_size=11, max_len=8, d_model=16, n_heads=2, n_layers=1, dropout=dropout)).train()
+        batches = [tuple(torch.randint(0, 11, (2, batch, length)).unbind(0)) for _ in range(n_steps)]
+        seeds = [1000 * index + k for k in range(n_steps)]  # dropout masks: the same for everyone
+        reference = copy.deepcopy(model)
+        optimizer = _optimizer(reference)
+        scaler = torch.amp.GradScaler("cpu", enabled=False)
+        config = TrainConfig(grad_clip=clip, amp=False)
+        losses, norms = [], []
+        for seed, batch_xy in zip(seeds, batches):
+            probe = copy.deepcopy(reference)  # the gradient norm this step will have before clipping
+            torch.manual_seed(seed)
+            default_loss(probe, *batch_xy).backward()
+            norms.append(_grad_norm(probe.parameters()))
+            torch.manual_seed(seed)
+            losses.append(reference_train_step(reference, batch_xy, optimizer, scaler, config))
+        mistakes = {
+            "training *without* zero_grad(): backward() adds to .grad, so each step also used the gradients of "
+            "all earlier batches": _manual_steps(model, batches, clip, zero_grad=False,
+                                                 clip_fn=torch.nn.utils.clip_grad_norm_, seeds=seeds),
+            "training with clip_grad_value_ instead of clip_grad_norm_: clip the norm of all gradients together":
+                _manual_steps(model, batches, clip, clip_fn=torch.nn.utils.clip_grad_value_, seeds=seeds),
+        }
+        prepared.append((model, batches, seeds, clip, _flat(reference), torch.tensor(losses, dtype=torch.float64),
+                         norms, mistakes))
+
+    with off_limits(TRAIN_STEP_OFF_LIMITS, "one training step", learner_namespaces(learner_fn)):
+        results = []
+        for model, batches, seeds, clip, _, _, _, _ in prepared:
+            learner_model = copy.deepcopy(model)
+            optimizer = _optimizer(learner_model)
+            spy = _StepSpy(learner_model, optimizer)
+            returned, events = [], []
+            for step, (seed, (x, y)) in enumerate(zip(seeds, batches), start=1):
+                what = f"train_step (step {step}, batch of shape {tuple(x.shape)}, grad_clip={clip})"
+                torch.manual_seed(seed)
+                returned.append(call_learner(what, learner_fn, learner_model, (x, y), optimizer, clip))
+                events.append(spy.take() + [("returned", _grad_norm(learner_model.parameters()))])
+            spy.handle.remove()
+            results.append((learner_model, returned, events))
+
+    for (model, batches, seeds, clip, expected, losses, norms, mistakes), (learner_model, returned, events) in \
+            zip(prepared, results):
+        shape = tuple(batches[0][0].shape)
+        where = f"batches of shape {shape}, grad_clip={clip}"
+        for step, value in enumerate(returned, start=1):
+            if isinstance(value, Tensor):
+                raise CheckFailed(f"train_step returned a tensor at step {step}: return loss.item(), a Python float "
+                                  "(a tensor would keep the step's whole graph in memory)")
+            _as_float(value, f"train_step's return value at step {step}")
+        for step, (step_events, norm) in enumerate(zip(events, norms), start=1):
+            at_step = [grad for kind, grad in step_events if kind == "step"]
+            if not at_step:
+                raise CheckFailed(f"train_step never called optimizer.step() (step {step}, {where})")
+            if len(at_step) > 1:
+                raise CheckFailed(f"train_step called optimizer.step() {len(at_step)} times in one step; once is right")
+            if at_step[0] is None or at_step[0] == 0.0:
+                raise CheckFailed("zero_grad() ran between backward() and optimizer.step(): step() found no gradients, "
+                                  "so nothing was learned. Zero the gradients after step() (or before backward())")
+            if norm > clip * 1.001 and clip * 1.001 < at_step[0] < norm * 0.999:
+                raise CheckFailed(f"the gradients were changed but their total norm was still {at_step[0]:.3g} > "
+                                  f"grad_clip={clip} at step(): clip the norm of all gradients together, to grad_clip "
+                                  "(clip_grad_value_ instead of clip_grad_norm_, or a fixed threshold, gives this)")
+            if norm > clip * 1.001 and at_step[0] > clip * 1.001:
+                index = [kind for kind, _ in step_events].index("step")
+                later = [grad for _, grad in step_events[index + 1:] if grad]
+                if any(grad <= clip * 1.001 for grad in later):
+                    raise CheckFailed(f"clipping *after* the optimizer step: step() already used the unclipped "
+                                      f"gradients (norm {at_step[0]:.3g} > grad_clip={clip}); clip between backward() "
+                                      "and step()")
+                raise CheckFailed(f"the gradients were not clipped: step() saw a gradient norm of {at_step[0]:.3g} with "
+                                  f"grad_clip={clip}; call torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip) "
+                                  "between backward() and step()")
+        got = torch.tensor([float(v) for v in returned], dtype=torch.float64)
+        # The first loss depends only on the starting weights: compare it before the parameters.
+        compare(got[:1], losses[:1], f"the loss train_step returned at step 1 ({where})",
+                {"the *sum* of the per-token losses: F.cross_entropy averages them (keep reduction='mean')":
+                 losses[:1] * shape[0] * shape[1]}, atol=1e-5, rtol=1e-5)
+        compare(_flat(learner_model), expected, f"the parameters after {len(batches)} steps ({where})", mistakes,
+                atol=1e-6, rtol=1e-5)
+        compare(got, losses, f"the losses train_step returned ({where})", atol=1e-5, rtol=1e-5)
+    passed(f"train_step leaves the same parameters as tfcourse.train.train_step on {len(cases)} cases"
+           f"{_hidden_note(hidden)}")
+
+
+# ----------------------------------------------------------------------------------------------
+# 4. The evaluation loop
+# ----------------------------------------------------------------------------------------------
+
+
+class _ForwardSpy:
+    """Records, for every forward pass: was the model (or any dropout) in training mode, was autograd on."""
+
+    def __init__(self, model: nn.Module):
+        self.calls: list[tuple[bool, bool]] = []
+        dropouts = [m for m in model.modules() if isinstance(m, nn.Dropout)]
+
+        def hook(module, args):
+            self.calls.append((model.training or any(d.training for d in dropouts), torch.is_grad_enabled()))
+
+        # On the first layer, not on the model: model.forward(x) called directly must be seen too.
+        self.handle = model.embed.register_forward_pre_hook(hook)
+
+
+def check_estimate_loss(learner_fn: Callable, hidden: bool = False) -> None:
+    """estimate_loss(model, batches) -> the mean cross-entropy over the batches (a float), computed in eval mode
+    (no dropout) under torch.no_grad(); afterwards the model is back in training mode. The same number as
+    tfcourse.train.estimate_loss."""
+    # (number of batches, batch, length, dropout)
+    cases = [(3, 4, 8, 0.3), (1, 1, 1, 0.3)]
+    if hidden:
+        cases += [(5, 2, 12, 0.5), (2, 8, 4, 0.0)]
+    prepared = []
+    for index, (n_batches, batch, length, dropout) in enumerate(cases):
+        torch.manual_seed(20 + index)
+        model = GPT(GPTConfig(vocab_size=13, max_len=12, d_model=16, n_heads=2, n_layers=1, dropout=dropout)).train()
+        batches = [tuple(torch.randint(0, 13, (2, batch, length)).unbind(0)) for _ in range(n_batches)]
+
+        def get_batch(split, generator, _batches=batches, _position={"train": 0, "val": 0}):
+            i = _position[split]
+            _position[split] += 1
+            return _batches[i]
+
+        expected = reference_estimate_loss(model, get_batch, n_batches, default_loss, torch.device("cpu"))["val"]
+        with torch.no_grad():
+            per_batch = [default_loss(model.eval(), x, y).item() for x, y in batches]
+        model.train()
+        mistakes = {
+            "the *sum* of the batch losses: return their mean": sum(per_batch),
+            "the loss of the last batch only: average over all batches": per_batch[-1],
+        }
+        prepared.append((model, batches, dropout, expected, mistakes))
+
+    with off_limits(ESTIMATE_LOSS_OFF_LIMITS, "the evaluation loop", learner_namespaces(learner_fn)):
+        results = []
+        for model, batches, _, _, _ in prepared:
+            parameters_before = _flat(model).clone()
+            spy = _ForwardSpy(model)
+            what = f"estimate_loss(model, {len(batches)} batches of shape {tuple(batches[0][0].shape)})"
+            value = call_learner(what, learner_fn, model, batches)
+            spy.handle.remove()
+            results.append((what, value, spy.calls, model.training, parameters_before))
+
+    for (model, batches, dropout, expected, mistakes), (what, value, calls, training_after, before) in \
+            zip(prepared, results):
+        if not calls:
+            raise CheckFailed(f"{what}: the model was never called")
+        if any(training for training, _ in calls):
+            raise CheckFailed(f"{what}: the model ran in training mode, so dropout was active during evaluation; call "
+                              "model.eval() before the loop")
+        if any(grad for _, grad in calls):
+            raise CheckFailed(f"{what}: the forward passes tracked gradients; evaluate under torch.no_grad() (it "
+                              "saves the memory and time autograd would spend on a graph nobody uses)")
+        if not training_after:
+            raise CheckFailed(f"{what}: the model was left in eval mode, so dropout stays off when training "
+                              "continues; put it back with model.train()")
+        if not torch.equal(_flat(model), before):
+            raise CheckFailed(f"{what}: evaluation changed the model's parameters; it must only measure")
+        actual = _as_float(value, what)
+        if len(calls) != len(batches):
+            raise CheckFailed(f"{what}: the model was called {len(calls)} times for {len(batches)} batches")
+        compare(torch.tensor(actual, dtype=torch.float64), torch.tensor(expected, dtype=torch.float64), what,
+                {k: torch.tensor(v, dtype=torch.float64) for k, v in mistakes.items()}, atol=1e-5, rtol=1e-5)
+    passed(f"estimate_loss matches tfcourse.train.estimate_loss on {len(cases)} cases, in eval mode, without "
+           f"gradients, and leaves the model training{_hidden_note(hidden)}")
+
+
+__all__ = ["check_get_batch", "check_lr_schedule", "check_train_step", "check_estimate_loss"]
