@@ -1,0 +1,242 @@
+"""The checks of lesson 08 (translation): right answers pass with one line, every named mistake is
+recognised, the reference is off-limits, and a stub says it is not implemented yet."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tfcourse import decoding, translation
+from tfcourse.attention import causal_mask, padding_mask
+from tfcourse.checks.core import CheckFailed, OffLimitsError
+from tfcourse.checks.translation import check_encoder_decoder_forward, check_greedy_decode, check_shift_target
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread is fastest (conftest.py)
+
+
+def assert_passes(check, obj, capfd, hidden=True):
+    check(obj, hidden=hidden)
+    out, err = capfd.readouterr()
+    assert out.startswith("✔ ") and out.count("\n") == 1, out
+    assert err == ""
+
+
+def stub(*args, **kwargs):
+    raise NotImplementedError()
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercise 1: shift_target
+# ----------------------------------------------------------------------------------------------
+
+
+def make_shift(inp="right", eos="after_words", ignore_pad=True, labels_are_input=False, in_place=False):
+    """A row-by-row implementation (independent of the package), with optional mistakes."""
+
+    def shift(tgt, bos_id, eos_id, pad_id, ignore_index=-100):
+        if in_place:
+            tgt[0, 0] = bos_id  # writes into the caller's tensor
+        rows_in, rows_out = [], []
+        for row in tgt.tolist():
+            words = [t for t in row if t != pad_id]
+            n_pad = len(row) - len(words)
+            if inp == "right":
+                rows_in.append([bos_id] + words + [pad_id] * n_pad)
+            elif inp == "labels":
+                rows_in.append(words + [eos_id] + [pad_id] * n_pad)
+            elif inp == "unshifted":
+                rows_in.append(words + [pad_id] * (n_pad + 1))
+            elif inp == "left":
+                rows_in.append(words[1:] + [pad_id] * (n_pad + 2))
+            if eos == "after_words":
+                label = words + [eos_id] + [pad_id] * n_pad
+            elif eos == "none":
+                label = words + [pad_id] * (n_pad + 1)
+            else:  # after the padding
+                label = words + [pad_id] * n_pad + [eos_id]
+            if labels_are_input:
+                label = [bos_id] + words + [pad_id] * n_pad
+            rows_out.append([ignore_index if (t == pad_id and ignore_pad) else t for t in label])
+        return torch.tensor(rows_in), torch.tensor(rows_out)
+
+    return shift
+
+
+def test_shift_target_accepts_a_correct_answer(capfd):
+    assert_passes(check_shift_target, make_shift(), capfd)
+
+
+@pytest.mark.parametrize(("wrong", "message"), [
+    (make_shift(inp="labels"), r"the labels \(y1 … yn <eos>\): the decoder input must be shifted right"),
+    (make_shift(inp="unshifted"), r"the target itself, not shifted"),
+    (make_shift(inp="left"), r"shifted \*left\*"),
+    (make_shift(eos="none"), r"labels without <eos>"),
+    (make_shift(eos="after_padding"), r"<eos> appended after the padding"),
+    (make_shift(ignore_pad=False), r"<pad> left in"),
+    (make_shift(labels_are_input=True), r"the decoder input \(<bos> y1 …\)"),
+    (make_shift(in_place=True), r"modified input #1 in place"),
+])
+def test_shift_target_names_the_mistake(wrong, message):
+    with pytest.raises(CheckFailed, match=message):
+        check_shift_target(wrong, hidden=True)
+
+
+def test_shift_target_catches_the_hidden_edge_cases():
+    def hard_coded_pad(tgt, bos_id, eos_id, pad_id, ignore_index=-100):
+        return make_shift()(tgt, bos_id, eos_id, 0, ignore_index)  # pad_id 0 assumed
+
+    check_shift_target(hard_coded_pad)  # the visible cases use pad_id 0
+    with pytest.raises(CheckFailed):
+        check_shift_target(hard_coded_pad, hidden=True)
+
+
+def test_shift_target_reference_is_off_limits():
+    def delegates(tgt, bos_id, eos_id, pad_id, ignore_index=-100):
+        return translation.shift_target(tgt, bos_id, eos_id, pad_id, ignore_index)
+
+    with pytest.raises(OffLimitsError, match="off-limits"):
+        check_shift_target(delegates)
+
+
+def test_shift_target_stub():
+    with pytest.raises(CheckFailed, match="not implemented yet"):
+        check_shift_target(stub)
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercise 2: the forward pass
+# ----------------------------------------------------------------------------------------------
+
+
+def make_forward(causal=True, tgt_pad=True, enc_src_mask=True, cross="src", encoder_causal=False, pad_id=None):
+    def forward(model, src, tgt):
+        pad = model.config.pad_id if pad_id is None else pad_id
+        src_mask = padding_mask(src, pad)
+        enc_mask = src_mask if enc_src_mask else None
+        if encoder_causal:
+            enc_mask = enc_mask & causal_mask(src.shape[1])
+        memory = model.encoder(model.src_embed(src), enc_mask)
+        self_mask = None
+        if causal:
+            self_mask = causal_mask(tgt.shape[1])
+        if tgt_pad:
+            self_mask = padding_mask(tgt, pad) if self_mask is None else self_mask & padding_mask(tgt, pad)
+        memory_mask = {"src": src_mask, "none": None, "tgt": padding_mask(tgt, pad)}[cross]
+        return model.output(model.decoder(model.tgt_embed(tgt), memory, self_mask, memory_mask))
+
+    return forward
+
+
+def test_forward_accepts_a_correct_answer(capfd):
+    assert_passes(check_encoder_decoder_forward, make_forward(), capfd)
+
+
+@pytest.mark.parametrize(("wrong", "message"), [
+    (make_forward(causal=False), r"\*without\* the causal mask"),
+    (make_forward(enc_src_mask=False, cross="none"), r"without any source padding mask"),
+    (make_forward(cross="none"), r"without the source padding mask in cross-attention"),
+    (make_forward(enc_src_mask=False), r"without the source padding mask in the encoder"),
+    (make_forward(encoder_causal=True), r"causal mask in the encoder"),
+    (make_forward(tgt_pad=False), r"only at padded target positions"),
+    (make_forward(causal=False, tgt_pad=False, enc_src_mask=False, cross="none"), r"no masks at all"),
+    (make_forward(cross="tgt"), r"cross-attention mask built from the \*target\*"),
+])
+def test_forward_names_the_mistake(wrong, message):
+    with pytest.raises(CheckFailed, match=message):
+        check_encoder_decoder_forward(wrong, hidden=True)
+
+
+def test_forward_hidden_cases_catch_a_hard_coded_pad_id():
+    pad_zero = make_forward(pad_id=0)
+    check_encoder_decoder_forward(pad_zero)
+    with pytest.raises(CheckFailed, match=r"pad_id=1"):
+        check_encoder_decoder_forward(pad_zero, hidden=True)
+
+
+def test_forward_reference_and_torch_transformer_are_off_limits():
+    with pytest.raises(OffLimitsError, match="Transformer.forward"):
+        check_encoder_decoder_forward(lambda model, src, tgt: model(src, tgt))
+    with pytest.raises(OffLimitsError, match="Transformer.encode"):
+        check_encoder_decoder_forward(lambda model, src, tgt: model.decode(tgt, *model.encode(src)))
+
+    def torch_transformer(model, src, tgt):
+        layer = torch.nn.Transformer(d_model=16, nhead=2, batch_first=True)
+        return layer(model.src_embed(src), model.tgt_embed(tgt))
+
+    with pytest.raises(OffLimitsError, match="torch.nn.Transformer"):
+        check_encoder_decoder_forward(torch_transformer)
+
+
+def test_forward_stub():
+    with pytest.raises(CheckFailed, match="not implemented yet"):
+        check_encoder_decoder_forward(stub)
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercise 3: greedy decoding
+# ----------------------------------------------------------------------------------------------
+
+
+def make_greedy(feed="all", position=-1, stop=True, keep_bos=True, keep_eos=True, batch_dim=False):
+    def greedy(model, src, bos_id, eos_id, max_new_tokens):
+        memory, src_mask = model.encode(src[None])
+        ys = [bos_id]
+        for _ in range(max_new_tokens):
+            seen = {"all": ys, "bos": ys[:1], "last": ys[-1:]}[feed]
+            logits = model.decode(torch.tensor([seen]), memory, src_mask)
+            next_id = int(logits[0, position].argmax())
+            if next_id == eos_id and stop and not keep_eos:
+                break
+            ys.append(next_id)
+            if next_id == eos_id and stop:
+                break
+        out = torch.tensor(ys if keep_bos else ys[1:])
+        return out[None] if batch_dim else out
+
+    return greedy
+
+
+def test_greedy_accepts_a_correct_answer(capfd):
+    assert_passes(check_greedy_decode, make_greedy(), capfd)
+
+
+@pytest.mark.parametrize(("wrong", "message"), [
+    (make_greedy(feed="bos"), r"the same token again and again"),
+    (make_greedy(position=0), r"the same token again and again"),
+    (make_greedy(feed="last"), r"feeds back only the newest token"),
+    (make_greedy(stop=False), r"does not stop at <eos>"),
+    (make_greedy(keep_bos=False), r"without its leading <bos>"),
+    (make_greedy(keep_eos=False), r"without its final <eos>"),
+    (make_greedy(batch_dim=True), r"return a 1-D tensor"),
+])
+def test_greedy_names_the_mistake(wrong, message):
+    with pytest.raises(CheckFailed, match=message):
+        check_greedy_decode(wrong, hidden=True)
+
+
+def test_greedy_hidden_cases_catch_hard_coded_special_ids():
+    def hard_coded(model, src, bos_id, eos_id, max_new_tokens):
+        return make_greedy()(model, src, 2, 3, max_new_tokens)
+
+    check_greedy_decode(hard_coded)
+    with pytest.raises(CheckFailed):
+        check_greedy_decode(hard_coded, hidden=True)
+
+
+def test_greedy_reference_is_off_limits():
+    def delegates(model, src, bos_id, eos_id, max_new_tokens):
+        return decoding.translate(model, src[None], bos_id, eos_id, max_new_tokens)[0]
+
+    with pytest.raises(OffLimitsError, match="translate"):
+        check_greedy_decode(delegates)
+
+    def beam(model, src, bos_id, eos_id, max_new_tokens):
+        return decoding.translate_beam(model, src, bos_id, eos_id, max_new_tokens, beam_size=1)
+
+    with pytest.raises(OffLimitsError, match="translate_beam"):
+        check_greedy_decode(beam)
+
+
+def test_greedy_stub():
+    with pytest.raises(CheckFailed, match="not implemented yet"):
+        check_greedy_decode(stub)

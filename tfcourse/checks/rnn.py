@@ -1,0 +1,225 @@
+"""Checks for lesson 09, why Transformers replaced RNNs: the recurrence written as a loop, path
+lengths between distant tokens, and the data of the long-range recall task.
+
+The references live here (the package has no RNN): `reference_rnn_forward`, `reference_path_length`
+and `reference_recall_batch` are what the lesson's exercises are compared with.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from .core import CheckFailed, call_learner, compare, expect_unchanged, learner_namespaces, off_limits, passed
+
+RNN_OFF_LIMITS = ["tfcourse.checks.rnn.reference_rnn_forward", "torch.nn.RNN", "torch.nn.RNNCell",
+                  "torch.rnn_tanh", "torch.rnn_tanh_cell"]
+PATH_OFF_LIMITS = ["tfcourse.checks.rnn.reference_path_length"]
+RECALL_OFF_LIMITS = ["tfcourse.checks.rnn.reference_recall_batch"]
+LAYERS = ("recurrent", "self-attention", "convolution")
+
+
+# ----------------------------------------------------------------------------------------------
+# References
+# ----------------------------------------------------------------------------------------------
+
+
+def reference_path_length(i: int, j: int, layer: str, kernel_size: int = 3) -> int:
+    """Sequential steps (recurrent), layers (convolution) or attention hops for token i to reach position j >= i."""
+    distance = j - i
+    if distance == 0:
+        return 0
+    if layer == "recurrent":
+        return distance  # one step per position in between: h_i -> h_{i+1} -> ... -> h_j
+    if layer == "self-attention":
+        return 1  # position j attends to position i directly
+    return math.ceil(distance / (kernel_size - 1))  # each causal layer widens the window by k - 1
+
+
+def reference_recall_batch(batch_size: int, length: int, n_keys: int, n_distractors: int,
+                           generator: torch.Generator) -> tuple[Tensor, Tensor]:
+    """x (B, length): a key in [0, n_keys) first, then length - 1 distractors; y (B,): the key."""
+    keys = torch.randint(0, n_keys, (batch_size,), generator=generator)  # (B,)
+    distractors = torch.randint(n_keys, n_keys + n_distractors, (batch_size, length - 1), generator=generator)
+    return torch.cat([keys[:, None], distractors], dim=1), keys  # (B, length), (B,)
+
+
+def reference_rnn_forward(x: Tensor, w_xh: Tensor, w_hh: Tensor, b: Tensor, h0: Tensor | None = None) -> Tensor:
+    """torch's own nn.RNN with the given weights: h_t = tanh(x_t W_xh + h_{t-1} W_hh + b), all states (B, T, H)."""
+    rnn = nn.RNN(w_xh.shape[0], w_xh.shape[1], batch_first=True)
+    with torch.no_grad():
+        rnn.weight_ih_l0.copy_(w_xh.T)  # nn.RNN stores (H, D): x W_ih^T
+        rnn.weight_hh_l0.copy_(w_hh.T)
+        rnn.bias_ih_l0.copy_(b)
+        rnn.bias_hh_l0.zero_()
+        states, _ = rnn(x, None if h0 is None else h0[None])
+    return states
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercise 1: the recurrence
+# ----------------------------------------------------------------------------------------------
+
+
+def _loop(x: Tensor, w_xh: Tensor, w_hh: Tensor, b: Tensor, h: Tensor, *, recur: bool = True, act=torch.tanh,
+          store_before: bool = False, transpose: bool = False) -> Tensor:
+    states = []
+    w = w_hh.T if transpose else w_hh
+    for t in range(x.shape[1]):
+        new = act(x[:, t] @ w_xh + (h @ w if recur else 0) + b)
+        states.append(h if store_before else new)
+        h = new
+    return torch.stack(states, dim=1)
+
+
+def check_rnn_forward(learner_fn, hidden: bool = False) -> None:
+    """rnn_forward(x, w_xh, w_hh, b, h0=None) -> every hidden state (B, T, H)."""
+    # (B, T, D, H, pass h0)
+    cases = [(2, 5, 3, 4, False), (1, 1, 2, 3, False)]
+    if hidden:
+        cases += [(3, 6, 4, 5, True), (1, 9, 3, 3, True), (2, 2, 5, 2, False)]
+    for seed, (batch, length, d_in, d_hidden, with_h0) in enumerate(cases):
+        g = torch.Generator().manual_seed(seed)
+        x = torch.randn(batch, length, d_in, generator=g)
+        w_xh = torch.randn(d_in, d_hidden, generator=g) / math.sqrt(d_in)
+        w_hh = torch.randn(d_hidden, d_hidden, generator=g) / math.sqrt(d_hidden)
+        b = torch.randn(d_hidden, generator=g) * 0.5
+        h0 = torch.randn(batch, d_hidden, generator=g) if with_h0 else None
+        start = h0 if h0 is not None else torch.zeros(batch, d_hidden)
+        expected = reference_rnn_forward(x, w_xh, w_hh, b, h0)
+        mistakes = {
+            "each state computed from x_t alone: without h_{t-1} W_hh the steps are independent — fast, "
+            "but there is no memory and no recurrence": _loop(x, w_xh, w_hh, b, start, recur=False),
+            "the recurrence *without* tanh": _loop(x, w_xh, w_hh, b, start, act=lambda v: v),
+            "the states shifted by one step (position t holds h_{t-1}): store h_t after computing it":
+                _loop(x, w_xh, w_hh, b, start, store_before=True),
+            "the recurrence with W_hh transposed: the formula is h_{t-1} W_hh, a row vector times the matrix":
+                _loop(x, w_xh, w_hh, b, start, transpose=True),
+            "the sequence read backwards: step t = 0, 1, …, T - 1 in order":
+                _loop(x.flip(1), w_xh, w_hh, b, start).flip(1),
+        }
+        if h0 is not None:
+            mistakes["the recurrence started from zeros: start from h0 when it is given"] = \
+                _loop(x, w_xh, w_hh, b, torch.zeros(batch, d_hidden))
+        inputs = [x, w_xh, w_hh, b] + ([h0] if h0 is not None else [])
+        before = [t.clone() for t in inputs]
+        args = (x, w_xh, w_hh, b) + ((h0,) if h0 is not None else ())
+        with off_limits(RNN_OFF_LIMITS, "RNN forward pass", learner_namespaces(learner_fn)):
+            with torch.no_grad():
+                actual = call_learner("rnn_forward(x, w_xh, w_hh, b" + (", h0)" if h0 is not None else ")"),
+                                      learner_fn, *args)
+        expect_unchanged(before, inputs, "rnn_forward")
+        if isinstance(actual, Tensor) and actual.shape == (batch, d_hidden) and length > 1:
+            raise CheckFailed(f"rnn_forward returned only one state {tuple(actual.shape)}: return every state, "
+                              f"shape (B, T, H) = {(batch, length, d_hidden)}")
+        compare(actual, expected, f"states for x {tuple(x.shape)}, H={d_hidden}" + (" with h0" if with_h0 else ""),
+                mistakes, atol=1e-5, rtol=1e-4)
+    passed(f"rnn_forward equals torch's nn.RNN on {len(cases)} inputs" + (" (hidden cases included)" if hidden else ""))
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercise 2: path lengths
+# ----------------------------------------------------------------------------------------------
+
+
+def _path_mistakes(i: int, j: int, layer: str, k: int) -> dict[str, int]:
+    """What each usual mistake returns for one question (only the rule of one layer changes)."""
+    d, right = j - i, reference_path_length(i, j, layer, k)
+    rules = {
+        "counts tokens instead of steps for the RNN (token 1 reaches token 100 in 99 steps, not 100)":
+            ("recurrent", d + 1 if d else 0),
+        "grows with the distance for self-attention: attention joins every pair directly, in one step":
+            ("self-attention", d),
+        "gives 1 step for self-attention even when i == j: a token is already where it is (0 steps)":
+            ("self-attention", 1),
+        "widens a convolution's window by k per layer: a layer of kernel k widens it by k - 1":
+            ("convolution", math.ceil(d / k)),
+        "rounds the number of convolution layers down: a window that is short by one position needs "
+        "one more layer (round up)": ("convolution", d // (k - 1)),
+    }
+    return {name: (value if rule_layer == layer else right) for name, (rule_layer, value) in rules.items()}
+
+
+def check_path_length(learner_fn, hidden: bool = False) -> None:
+    """path_length(i, j, layer, kernel_size=3) for every layer type on a grid of positions."""
+    questions = [(1, 100, layer, 3) for layer in LAYERS] + [(4, 4, layer, 3) for layer in LAYERS]
+    questions += [(0, d, layer, 3) for d in (1, 2, 5, 10) for layer in LAYERS]
+    if hidden:
+        questions += [(7, 7 + d, "convolution", k) for d in (1, 3, 4, 9, 31) for k in (2, 3, 5)]
+        questions += [(3, 3 + d, layer, 5) for d in (0, 1, 8, 1000) for layer in LAYERS]
+    expected, answers = [], []
+    mistake_tables: dict[str, list[int]] = {}
+    for i, j, layer, k in questions:
+        expected.append(reference_path_length(i, j, layer, k))
+        for name, value in _path_mistakes(i, j, layer, k).items():
+            mistake_tables.setdefault(name, []).append(value)
+    with off_limits(PATH_OFF_LIMITS, "path length", learner_namespaces(learner_fn)):
+        for i, j, layer, k in questions:
+            answer = call_learner(f"path_length({i}, {j}, {layer!r}, kernel_size={k})", learner_fn, i, j, layer,
+                                  kernel_size=k)
+            if isinstance(answer, bool) or not isinstance(answer, int):
+                raise CheckFailed(f"path_length({i}, {j}, {layer!r}, kernel_size={k}) must return an int, got "
+                                  f"{answer!r} ({type(answer).__name__}); math.ceil gives an int")
+            answers.append(answer)
+    if answers == expected:
+        passed(f"path_length answers all {len(questions)} questions" + (" (hidden cases included)" if hidden else ""))
+        return
+    for name, table in mistake_tables.items():
+        if answers == table:
+            raise CheckFailed(f"your path_length {name}")
+    n = next(n for n, (a, e) in enumerate(zip(answers, expected)) if a != e)
+    i, j, layer, k = questions[n]
+    raise CheckFailed(f"path_length({i}, {j}, {layer!r}, kernel_size={k}) returned {answers[n]}, expected {expected[n]}")
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercise 3: the recall task's data
+# ----------------------------------------------------------------------------------------------
+
+
+def check_recall_batch(learner_fn, hidden: bool = False) -> None:
+    """make_recall_batch(batch_size, length, n_keys, n_distractors, generator) -> (x (B, length), y (B,))."""
+    cases = [(4, 10, 8, 16), (1, 2, 3, 5)]
+    if hidden:
+        cases += [(6, 1, 4, 4),  # a sequence that is only the key
+                  (3, 50, 2, 30), (5, 7, 10, 1)]
+    for seed, (batch, length, n_keys, n_distractors) in enumerate(cases):
+        def gen() -> torch.Generator:
+            return torch.Generator().manual_seed(1000 + seed)
+
+        x_ref, y_ref = reference_recall_batch(batch, length, n_keys, n_distractors, gen())
+        g = gen()
+        swapped_d = torch.randint(n_keys, n_keys + n_distractors, (batch, length - 1), generator=g)
+        swapped_k = torch.randint(0, n_keys, (batch,), generator=g)
+        g = gen()
+        keys = torch.randint(0, n_keys, (batch,), generator=g)
+        anything = torch.randint(0, n_keys + n_distractors, (batch, length - 1), generator=g)
+        x_mistakes = {
+            "a batch whose distractors are drawn from *all* symbols: draw them from "
+            "[n_keys, n_keys + n_distractors) so that the key is the only key in the sequence":
+                torch.cat([keys[:, None], anything], dim=1),
+            "a batch with the key at the *end*: put it first, as far as possible from where the model answers":
+                torch.cat([x_ref[:, 1:], y_ref[:, None]], dim=1),
+            "a batch drawn in another order: draw the keys first, then the distractors":
+                torch.cat([swapped_k[:, None], swapped_d], dim=1),
+        }
+        what = f"make_recall_batch({batch}, length={length}, n_keys={n_keys}, n_distractors={n_distractors})"
+        with off_limits(RECALL_OFF_LIMITS, "recall batch", learner_namespaces(learner_fn)):
+            result = call_learner(what, learner_fn, batch, length, n_keys, n_distractors, gen())
+            again = call_learner(what, learner_fn, batch, length, n_keys, n_distractors, gen())
+        if not (isinstance(result, tuple) and len(result) == 2):
+            raise CheckFailed(f"{what} must return a pair (x, y), got {type(result).__name__}")
+        x, y = result
+        if isinstance(x, Tensor) and x.shape != x_ref.shape:
+            raise CheckFailed(f"{what}: x should have shape {tuple(x_ref.shape)} — the key plus length - 1 "
+                              f"distractors — got {tuple(x.shape)}")
+        if isinstance(x, Tensor) and not torch.equal(x, again[0]):
+            raise CheckFailed(f"{what}: two calls with equally seeded generators gave different batches: draw "
+                              f"every random number with generator=generator")
+        compare(x, x_ref, f"{what}: x", x_mistakes, atol=0, rtol=0)
+        compare(y, y_ref, f"{what}: y", {"the last token of x: y is the key, the *first* token":
+                                          x_ref[:, -1]} if length > 1 else {}, atol=0, rtol=0)
+    passed(f"make_recall_batch matches the reference on {len(cases)} batches"
+           + (" (hidden cases included)" if hidden else ""))

@@ -1,0 +1,253 @@
+"""Checks for lesson 08, translation with the encoder–decoder: teacher-forcing batches, the
+forward pass with its three masks, and greedy decoding."""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+from torch import Tensor
+
+from ..attention import causal_mask, padding_mask
+from ..decoding import translate
+from ..models import Transformer, TransformerConfig
+from .core import CheckFailed, call_learner, compare, expect_unchanged, learner_namespaces, off_limits, passed
+
+SHIFT_OFF_LIMITS = ["tfcourse.translation.shift_target"]
+FORWARD_OFF_LIMITS = [
+    "tfcourse.models.Transformer.forward", "tfcourse.models.Transformer.encode",
+    "tfcourse.models.Transformer.decode", "torch.nn.Transformer", "torch.nn.TransformerEncoder",
+    "torch.nn.TransformerDecoder",
+]
+GREEDY_OFF_LIMITS = [
+    "tfcourse.decoding.translate", "tfcourse.decoding.translate_beam", "tfcourse.decoding.beam_search",
+    "tfcourse.decoding.generate", "tfcourse.translation.translate_sentences",
+]
+
+
+def _name_mistake(actual: object, mistakes: dict[str, Tensor], what: str) -> None:
+    """Like compare's mistake list, but for outputs whose *length* is the mistake (decoding)."""
+    if isinstance(actual, Tensor):
+        for description, wrong in mistakes.items():
+            if actual.shape == wrong.shape and torch.equal(actual.detach().cpu(), wrong):
+                raise CheckFailed(f"{what}: your output equals {description}")
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercise 1: shift the target right, mark padding
+# ----------------------------------------------------------------------------------------------
+
+
+def _target_batch(lengths: list[int], length: int, pad_id: int, seed: int) -> Tensor:
+    """(B, length) word ids in [4, 20) (never a special id), padded with pad_id after each row's words."""
+    g = torch.Generator().manual_seed(seed)
+    words = torch.randint(4, 20, (len(lengths), length), generator=g)
+    positions = torch.arange(length)[None, :]  # (1, T)
+    return words.masked_fill(positions >= torch.tensor(lengths)[:, None], pad_id)  # (B, T)
+
+
+def check_shift_target(learner_fn, hidden: bool = False) -> None:
+    """shift_target(tgt, bos_id, eos_id, pad_id, ignore_index) -> (decoder_input, labels)."""
+    # (row lengths, padded length, pad_id, bos_id, eos_id, ignore_index)
+    cases = [([5, 3, 1], 5, 0, 2, 3, -100), ([2], 4, 0, 2, 3, -100)]
+    if hidden:
+        cases += [([1], 1, 0, 2, 3, -100),  # T = 1, no padding at all
+                  ([3, 0, 4, 4], 4, 1, 20, 21, -1),  # an empty sentence; other special ids
+                  ([6, 2, 5], 7, 0, 2, 3, -100)]
+    for seed, (lengths, length, pad_id, bos, eos, ignore) in enumerate(cases):
+        tgt = _target_batch(lengths, length, pad_id, seed)
+        batch = tgt.shape[0]
+        rows = torch.arange(batch)
+        n = torch.tensor(lengths)
+        pad_col = torch.full((batch, 1), pad_id)
+        bos_col = torch.full((batch, 1), bos)
+        # The reference, written out: <bos> + target; target + <eos> right after the last word.
+        expected_in = torch.cat([bos_col, tgt], dim=1)  # (B, T + 1)
+        with_eos = torch.cat([tgt, pad_col], dim=1)
+        with_eos[rows, n] = eos
+        expected_labels = with_eos.masked_fill(with_eos == pad_id, ignore)
+        no_eos = torch.cat([tgt, pad_col], dim=1)
+        eos_after_padding = torch.cat([tgt, torch.full((batch, 1), eos)], dim=1)
+        input_mistakes = {
+            "the labels (y1 … yn <eos>): the decoder input must be shifted right with <bos> first, "
+            "otherwise position t reads the very word it has to predict": with_eos,
+            "the target itself, not shifted (no <bos> in front): position t would read the word it has "
+            "to predict": no_eos,
+            "the target shifted *left* (y2 … yn): shift it right instead, <bos> first":
+                torch.cat([tgt[:, 1:], pad_col, pad_col], dim=1),
+        }
+        label_mistakes = {
+            "the labels without <eos>: the model would never learn to stop":
+                no_eos.masked_fill(no_eos == pad_id, ignore),
+            "the labels with <eos> appended after the padding: it belongs right after each row's last word":
+                eos_after_padding.masked_fill(eos_after_padding == pad_id, ignore),
+            "the labels with <pad> left in: replace padding by ignore_index so it is not scored": with_eos,
+            "the decoder input (<bos> y1 …): the labels are the target *not* shifted, ending in <eos>":
+                expected_in.masked_fill(expected_in == pad_id, ignore),
+        }
+        tgt_before = tgt.clone()
+        with off_limits(SHIFT_OFF_LIMITS, "teacher-forcing batch", learner_namespaces(learner_fn)):
+            result = call_learner("shift_target(tgt, bos_id, eos_id, pad_id, ignore_index)", learner_fn,
+                                  tgt, bos, eos, pad_id, ignore)
+        expect_unchanged([tgt_before], [tgt], "shift_target")
+        if not (isinstance(result, tuple) and len(result) == 2):
+            raise CheckFailed(f"shift_target must return a pair (decoder_input, labels), got {type(result).__name__}")
+        what = f"for tgt of shape {tuple(tgt.shape)} with row lengths {lengths}"
+        compare(result[0], expected_in, f"decoder_input {what}", input_mistakes, atol=0, rtol=0)
+        compare(result[1], expected_labels, f"labels {what}", label_mistakes, atol=0, rtol=0)
+    passed(f"shift_target builds decoder inputs and labels on {len(cases)} batches"
+           + (" (hidden cases included)" if hidden else ""))
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercise 2: the forward pass with masks
+# ----------------------------------------------------------------------------------------------
+
+
+def _ids(lengths: list[int], length: int, vocab: int, pad_id: int, g: torch.Generator) -> Tensor:
+    ids = torch.randint(0, vocab, (len(lengths), length), generator=g)
+    ids = torch.where(ids == pad_id, (ids + 1) % vocab, ids)  # real tokens are never <pad>
+    return ids.masked_fill(torch.arange(length)[None, :] >= torch.tensor(lengths)[:, None], pad_id)
+
+
+def check_encoder_decoder_forward(learner_fn, hidden: bool = False) -> None:
+    """encoder_decoder_forward(model, src, decoder_input) -> logits (B, T, V), equal to model(src, tgt)."""
+    # (source lengths, S, target lengths, T, norm_first, pad_id); S == T first so that a memory
+    # mask built from the target broadcasts and can be recognised.
+    cases = [([6, 3], 6, [4, 6], 6, False, 0), ([1], 3, [2], 4, False, 0)]
+    if hidden:
+        cases += [([5, 2, 4], 5, [1, 3, 5], 5, True, 0),  # pre-LN
+                  ([1], 1, [1], 1, False, 0),  # one source token, one target position
+                  ([4, 2], 4, [3, 2], 3, False, 1)]  # <pad> is id 1 here: no hard-coded 0
+    for seed, (src_lengths, s, tgt_lengths, t, norm_first, pad_id) in enumerate(cases):
+        torch.manual_seed(seed)
+        config = TransformerConfig(11, 13, d_model=16, n_heads=2, n_layers=2, dropout=0.0, max_len=16,
+                                   norm_first=norm_first, pad_id=pad_id)
+        model = Transformer(config).eval()
+        g = torch.Generator().manual_seed(100 + seed)
+        src = _ids(src_lengths, s, 11, pad_id, g)
+        tgt = _ids(tgt_lengths, t, 13, pad_id, g)
+        with torch.no_grad():
+            expected = model(src, tgt)
+            src_mask, tgt_pad, causal = padding_mask(src, pad_id), padding_mask(tgt, pad_id), causal_mask(t)
+
+            def run(enc_mask, self_mask, mem_mask):
+                memory = model.encoder(model.src_embed(src), enc_mask)
+                return model.output(model.decoder(model.tgt_embed(tgt), memory, self_mask, mem_mask))
+
+            mistakes = {
+                "the logits *without* the causal mask: each target position sees the words after it "
+                "(use causal_mask(T) & padding_mask(decoder_input, pad_id))": run(src_mask, tgt_pad, src_mask),
+                "the logits without any source padding mask: <pad> source tokens are attended to, "
+                "in the encoder and in cross-attention": run(None, causal & tgt_pad, None),
+                "the logits without the source padding mask in cross-attention (memory_mask): the "
+                "decoder attends to <pad> source positions": run(src_mask, causal & tgt_pad, None),
+                "the logits without the source padding mask in the encoder self-attention":
+                    run(None, causal & tgt_pad, src_mask),
+                "the logits with a causal mask in the encoder: the encoder may see the whole source":
+                    run(src_mask & causal_mask(s), causal & tgt_pad, src_mask),
+                "the logits differ from the reference only at padded target positions: combine the "
+                "causal mask with the target padding mask (causal & padding)": run(src_mask, causal, src_mask),
+                "the logits with no masks at all": run(None, None, None),
+            }
+            if s == t:
+                mistakes["the logits with the cross-attention mask built from the *target*: the keys of "
+                         "cross-attention are source positions, so mask them with padding_mask(src)"] = \
+                    run(src_mask, causal & tgt_pad, tgt_pad)
+        before = [src.clone(), tgt.clone()]
+        with off_limits(FORWARD_OFF_LIMITS, "encoder–decoder forward pass", learner_namespaces(learner_fn)):
+            with torch.no_grad():
+                actual = call_learner("encoder_decoder_forward(model, src, decoder_input)", learner_fn,
+                                      model, src, tgt)
+        expect_unchanged(before, [src, tgt], "encoder_decoder_forward")
+        compare(actual, expected, f"logits for src {tuple(src.shape)}, decoder_input {tuple(tgt.shape)}"
+                + (" (pre-LN model)" if norm_first else "") + (f" (pad_id={pad_id})" if pad_id else ""),
+                mistakes, atol=1e-5, rtol=1e-4)
+    passed(f"encoder_decoder_forward equals Transformer.forward on {len(cases)} batches"
+           + (" (hidden cases included)" if hidden else ""))
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercise 3: greedy decoding
+# ----------------------------------------------------------------------------------------------
+
+
+def _greedy_variant(model: Transformer, src: Tensor, bos: int, eos: int, max_new: int, *, feed_back: str = "all",
+                    stop: bool = True) -> Tensor:
+    """Greedy decoding without a cache, and the usual ways to get it wrong.
+    feed_back: "all" (right), "none" (the input stays <bos>), "last" (only the newest token goes in)."""
+    memory, src_mask = model.encode(src[None, :])
+    out = torch.tensor([[bos]])
+    for _ in range(max_new):
+        decoder_input = {"all": out, "none": out[:, :1], "last": out[:, -1:]}[feed_back]
+        next_id = model.decode(decoder_input, memory, src_mask)[:, -1].argmax(-1)  # (1,)
+        out = torch.cat([out, next_id[:, None]], dim=1)
+        if stop and next_id.item() == eos:
+            break
+    return out[0]
+
+
+@functools.lru_cache(maxsize=None)
+def _greedy_case(start: int, src_len: int, max_new: int, bos: int, eos: int, needs_eos: bool):
+    """A random model and source whose greedy translation tells every mistake apart: the first suitable
+    seed from `start` on (the cases start at seeds known to work, so the search is normally one step)."""
+    for attempt in range(start, start + 2000):
+        torch.manual_seed(attempt)
+        model = Transformer(TransformerConfig(9, 8, d_model=16, n_heads=2, n_layers=1, dropout=0.0,
+                                             max_len=32)).eval()
+        src = torch.randint(4, 9, (src_len,), generator=torch.Generator().manual_seed(attempt))
+        with torch.no_grad():
+            expected = translate(model, src[None, :], bos, eos, max_new)[0]
+            ended = expected[-1].item() == eos
+            if expected.tolist().count(model.config.pad_id) or (needs_eos and not (ended and len(expected) >= 4)):
+                continue  # a generated <pad> would be masked without a cache: avoid the ambiguity
+            if not torch.equal(_greedy_variant(model, src, bos, eos, max_new), expected):
+                continue  # the cached and uncached paths must agree on every argmax
+            mistakes = {
+                "<bos> followed by the same token again and again: feed the tokens chosen so far back "
+                "in, and take the prediction at the *last* position (logits[:, -1])":
+                    _greedy_variant(model, src, bos, eos, max_new, feed_back="none"),
+                "decoding that feeds back only the newest token: without a cache the decoder needs the "
+                "whole prefix <bos> y1 … yt": _greedy_variant(model, src, bos, eos, max_new, feed_back="last"),
+                "decoding that does not stop at <eos>: stop as soon as <eos> is chosen (keep it)":
+                    _greedy_variant(model, src, bos, eos, max_new, stop=False),
+                "the translation without its leading <bos>: return <bos> y1 … as translate does":
+                    expected[1:],
+                "the translation without its final <eos>: append <eos>, then stop": expected[:-1],
+            }
+            distinct = {k: m for k, m in mistakes.items() if not torch.equal(m, expected)}
+            outputs = list(mistakes.values())
+            apart = all(not torch.equal(a, b) for i, a in enumerate(outputs) for b in outputs[i + 1:])
+            if (len(distinct) == len(mistakes) and apart) or not needs_eos:
+                return model, src, expected, distinct
+    raise RuntimeError("no suitable random model found for the greedy-decoding check")
+
+
+# Seeds found by the search below (with torch 2.x); another torch version just searches a little longer.
+START_SEEDS = (31, 1022, 2019, 3002, 4000)
+
+
+def check_greedy_decode(learner_fn, hidden: bool = False) -> None:
+    """greedy_decode(model, src, bos_id, eos_id, max_new_tokens) -> (1 + n,) ids, equal to translate()."""
+    # (first seed to try, source length, max_new_tokens, bos_id, eos_id, the output must end with <eos>)
+    cases = [(START_SEEDS[0], 5, 10, 2, 3, True), (START_SEEDS[1], 3, 12, 2, 3, True)]
+    if hidden:
+        cases += [(START_SEEDS[2], 1, 10, 2, 3, True),  # a one-word source
+                  (START_SEEDS[3], 4, 12, 3, 2, True),  # <bos> and <eos> swap ids: none may be hard-coded
+                  (START_SEEDS[4], 4, 1, 2, 3, False)]  # room for a single token
+    for start, src_len, max_new, bos, eos, needs_eos in cases:
+        model, src, expected, mistakes = _greedy_case(start, src_len, max_new, bos, eos, needs_eos)
+        src_before = src.clone()
+        with off_limits(GREEDY_OFF_LIMITS, "greedy decoding", learner_namespaces(learner_fn)):
+            with torch.no_grad():
+                actual = call_learner("greedy_decode(model, src, bos_id, eos_id, max_new_tokens)", learner_fn,
+                                      model, src, bos, eos, max_new)
+        expect_unchanged([src_before], [src], "greedy_decode")
+        what = f"greedy_decode for a source of {src_len} tokens, max_new_tokens={max_new}"
+        if isinstance(actual, Tensor) and actual.dim() == 2 and actual.shape[0] == 1:
+            raise CheckFailed(f"{what}: return a 1-D tensor (1 + n,) for one sentence, got shape "
+                              f"{tuple(actual.shape)}; drop the batch dimension with [0]")
+        _name_mistake(actual, mistakes, what)
+        compare(actual, expected, what, atol=0, rtol=0)
+    passed(f"greedy_decode equals tfcourse.decoding.translate on {len(cases)} sources"
+           + (" (hidden cases included)" if hidden else ""))

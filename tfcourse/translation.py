@@ -1,0 +1,216 @@
+"""The translation lesson's pipeline: English→French with the encoder–decoder Transformer.
+
+    pairs ──build_vocabularies──▶ two WordTokenizers (<pad> <unk> <bos> <eos> first)
+          ──encode_pairs──▶ src (N, S), tgt (N, T): word ids, padded with <pad>
+    batch ──shift_target──▶ decoder input <bos> y1 … yn, labels y1 … yn <eos>   (teacher forcing)
+          ──Transformer──▶ logits (B, T + 1, V) ──cross_entropy(label smoothing, ignore padding)──▶ loss
+
+Evaluation decodes held-out sentences step by step (greedy or beam) and scores them with
+exact match and token accuracy, next to a copy-the-source baseline. `train_translator`
+puts it all together; the lesson and the tests both call it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from .data import make_translation_pairs, split_translation_pairs
+from .decoding import translate, translate_beam
+from .models import Transformer, TransformerConfig
+from .output import cross_entropy
+from .tokenizers import WordTokenizer
+from .train import TrainConfig, train
+
+IGNORE_INDEX = -100  # label value that cross_entropy skips: padding is not a word to predict
+
+
+# ----------------------------------------------------------------------------------------------
+# Vocabularies and batches
+# ----------------------------------------------------------------------------------------------
+
+
+def words(sentence: str) -> list[str]:
+    """The corpus separates words by single spaces (l'oiseau stays one word)."""
+    return sentence.split()
+
+
+def build_vocabularies(pairs: Sequence[tuple[str, str]]) -> tuple[WordTokenizer, WordTokenizer]:
+    """One vocabulary per language, from the training pairs; <pad>=0, <unk>=1, <bos>=2, <eos>=3."""
+    source = WordTokenizer.from_texts(words(english) for english, _ in pairs)
+    target = WordTokenizer.from_texts(words(french) for _, french in pairs)
+    return source, target
+
+
+def pad(rows: Sequence[Sequence[int]], pad_id: int, length: int | None = None) -> Tensor:
+    """Lists of ids of different lengths -> (N, length) tensor, filled up with pad_id on the right."""
+    length = length or max(len(row) for row in rows)
+    out = torch.full((len(rows), length), pad_id, dtype=torch.long)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = torch.tensor(row, dtype=torch.long)
+    return out
+
+
+def encode_pairs(pairs: Sequence[tuple[str, str]], source_vocab: WordTokenizer,
+                 target_vocab: WordTokenizer) -> tuple[Tensor, Tensor]:
+    """-> src (N, S) and tgt (N, T): word ids only (no <bos>/<eos>), padded to the longest sentence."""
+    src = pad([source_vocab.encode(words(english)) for english, _ in pairs], source_vocab.pad_id)
+    tgt = pad([target_vocab.encode(words(french)) for _, french in pairs], target_vocab.pad_id)
+    return src, tgt
+
+
+def shift_target(tgt: Tensor, bos_id: int, eos_id: int, pad_id: int,
+                 ignore_index: int = IGNORE_INDEX) -> tuple[Tensor, Tensor]:
+    """Teacher forcing. tgt (B, T) word ids padded with pad_id -> (decoder_input, labels), both (B, T + 1).
+
+    decoder_input = <bos> y1 … yn <pad> …   (the target shifted right: position t sees y1 … yt only)
+    labels        = y1 … yn <eos> ignore …  (what position t must predict; padding is not scored)
+    """
+    batch = tgt.shape[0]
+    is_word = tgt != pad_id  # (B, T)
+    bos = torch.full((batch, 1), bos_id, dtype=tgt.dtype, device=tgt.device)  # (B, 1)
+    decoder_input = torch.cat([bos, tgt], dim=1)  # (B, T + 1)
+    # <eos> goes right after each row's last word, i.e. at index n = number of words in that row.
+    labels = torch.cat([tgt, torch.full_like(bos, pad_id)], dim=1)  # (B, T + 1)
+    lengths = is_word.sum(dim=1)  # (B,)
+    labels[torch.arange(batch, device=tgt.device), lengths] = eos_id
+    labels = labels.masked_fill(labels == pad_id, ignore_index)  # padding -> not scored
+    return decoder_input, labels
+
+
+def make_loss_fn(source_vocab: WordTokenizer, target_vocab: WordTokenizer, label_smoothing: float = 0.1):
+    """loss_fn(model, src, tgt) for tfcourse.train.train: shift, predict, smoothed cross-entropy."""
+
+    def loss_fn(model: Transformer, src: Tensor, tgt: Tensor) -> Tensor:
+        decoder_input, labels = shift_target(tgt, target_vocab.bos_id, target_vocab.eos_id, target_vocab.pad_id)
+        logits = model(src, decoder_input)  # (B, T + 1, V)
+        return cross_entropy(logits, labels, ignore_index=IGNORE_INDEX, label_smoothing=label_smoothing)
+
+    return loss_fn
+
+
+def make_get_batch(splits: dict[str, tuple[Tensor, Tensor]], batch_size: int):
+    """get_batch(split, generator) for tfcourse.train.train: random sentence pairs of one split."""
+
+    def get_batch(split: str, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        src, tgt = splits[split]
+        rows = torch.randint(len(src), (batch_size,), generator=generator)  # (B,)
+        return src[rows], tgt[rows]  # (B, S), (B, T)
+
+    return get_batch
+
+
+# ----------------------------------------------------------------------------------------------
+# Decoding and scoring
+# ----------------------------------------------------------------------------------------------
+
+
+def translate_sentences(model: Transformer, sentences: Sequence[str], source_vocab: WordTokenizer,
+                        target_vocab: WordTokenizer, beam_size: int = 1, max_new_tokens: int = 16) -> list[str]:
+    """Translate English sentences: greedy (beam_size 1, all at once) or beam search (one at a time)."""
+    device = next(model.parameters()).device
+    src = pad([source_vocab.encode(words(s)) for s in sentences], source_vocab.pad_id).to(device)  # (N, S)
+    bos, eos = target_vocab.bos_id, target_vocab.eos_id
+    if beam_size == 1:
+        outputs = list(translate(model, src, bos, eos, max_new_tokens))
+    else:
+        # Beam search takes one unpadded sentence at a time.
+        outputs = [translate_beam(model, row[row != source_vocab.pad_id], bos, eos, max_new_tokens, beam_size)
+                   for row in src]
+    results = []
+    for ids in outputs:
+        ids = ids.tolist()[1:]  # drop <bos>
+        ids = ids[: ids.index(eos)] if eos in ids else ids  # stop at the first <eos>
+        results.append(target_vocab.decode(ids))
+    return results
+
+
+def exact_match(hypotheses: Sequence[str], references: Sequence[str]) -> float:
+    """Fraction of sentences translated word for word exactly right."""
+    return sum(h.split() == r.split() for h, r in zip(hypotheses, references)) / len(references)
+
+
+def token_accuracy(hypotheses: Sequence[str], references: Sequence[str]) -> float:
+    """Fraction of reference words that the hypothesis has at the same position.
+
+    A missing word (hypothesis too short) counts as wrong; extra words at the end are not
+    counted here (exact match punishes them).
+    """
+    correct = total = 0
+    for hypothesis, reference in zip(hypotheses, references):
+        h, r = hypothesis.split(), reference.split()
+        correct += sum(a == b for a, b in zip(h, r))
+        total += len(r)
+    return correct / total
+
+
+def copy_baseline(sentences: Sequence[str]) -> list[str]:
+    """The laziest translator: give the English sentence back unchanged."""
+    return list(sentences)
+
+
+def evaluate(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, float]:
+    return {"exact_match": exact_match(hypotheses, references),
+            "token_accuracy": token_accuracy(hypotheses, references)}
+
+
+# ----------------------------------------------------------------------------------------------
+# The whole recipe
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class TranslationRecipe:
+    """Data, model and training sizes. `fast()` trains in seconds; the defaults in a few CPU minutes."""
+
+    n_pairs: int = 6000  # generated sentence pairs (10 % held out)
+    d_model: int = 64  # width: the grammar has under 100 words per language
+    n_heads: int = 4  # d_head = 16
+    n_layers: int = 2  # encoder layers and decoder layers
+    dropout: float = 0.1  # the paper's rate
+    label_smoothing: float = 0.1  # the paper's epsilon
+    batch_size: int = 64  # sentence pairs per step
+    max_steps: int = 1500  # optimizer steps
+    lr: float = 2e-3  # small model, large learning rate
+    warmup_steps: int = 100  # post-LN needs a gentle start
+    seed: int = 0  # data, initialisation and batch order
+
+    @classmethod
+    def fast(cls) -> "TranslationRecipe":
+        return cls(n_pairs=2000, max_steps=150, warmup_steps=20)
+
+
+def train_translator(recipe: TranslationRecipe, device: str | None = "cpu", progress: bool = False) -> dict:
+    """Generate the corpus, build vocabularies, train a Transformer; returns everything the lesson needs.
+
+    Keys: model, source_vocab, target_vocab, train_pairs, test_pairs, history.
+    """
+    pairs = make_translation_pairs(recipe.n_pairs, seed=recipe.seed)
+    train_pairs, test_pairs = split_translation_pairs(pairs, test_fraction=0.1, seed=recipe.seed)
+    source_vocab, target_vocab = build_vocabularies(train_pairs)
+    splits = {"train": encode_pairs(train_pairs, source_vocab, target_vocab),
+              "val": encode_pairs(test_pairs, source_vocab, target_vocab)}
+    torch.manual_seed(recipe.seed)
+    config = TransformerConfig(source_vocab.vocab_size, target_vocab.vocab_size, d_model=recipe.d_model,
+                               n_heads=recipe.n_heads, n_layers=recipe.n_layers, dropout=recipe.dropout,
+                               max_len=64, pad_id=source_vocab.pad_id)
+    model = Transformer(config)
+    train_config = TrainConfig(max_steps=recipe.max_steps, lr=recipe.lr, min_lr=recipe.lr / 10,
+                               warmup_steps=recipe.warmup_steps, weight_decay=0.01,
+                               eval_interval=max(recipe.max_steps // 5, 1), eval_steps=5,
+                               seed=recipe.seed, device=device, progress=progress)
+    history = train(model, make_get_batch(splits, recipe.batch_size), train_config,
+                    loss_fn=make_loss_fn(source_vocab, target_vocab, recipe.label_smoothing))
+    model.eval()
+    return {"model": model, "source_vocab": source_vocab, "target_vocab": target_vocab,
+            "train_pairs": train_pairs, "test_pairs": test_pairs, "history": history}
+
+
+__all__ = [
+    "IGNORE_INDEX", "words", "build_vocabularies", "pad", "encode_pairs", "shift_target", "make_loss_fn",
+    "make_get_batch", "translate_sentences", "exact_match", "token_accuracy", "copy_baseline", "evaluate",
+    "TranslationRecipe", "train_translator",
+]
