@@ -191,6 +191,7 @@ def test_lr_schedule_right_answers_pass(learner, capfd):
 @pytest.mark.parametrize(("learner", "message"), [
     (no_warmup_at_all, r"\*without\* warm-up"),
     (_schedule(lambda s, c: _cosine(_progress(s, c), c), DECAY), r"\*without\* warm-up \(the cosine formula"),
+    (_schedule(lambda s, c: c.lr, DECAY), r"\*without\* warm-up \(the full rate lr from step 0\)"),
     (_schedule(RAMP, lambda s, c: _cosine(_progress(s, c), c, 0.0)), "decays to 0 instead of min_lr"),
     (_schedule(RAMP, lambda s, c: _cosine(_progress(s, c), c, 0.0), lambda s, c: 0.0), r"and 0 after max_steps"),
     (_schedule(RAMP, lambda s, c: _cosine((s - c.warmup_steps) / c.max_steps, c)), "has not reached min_lr"),

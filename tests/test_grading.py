@@ -210,6 +210,18 @@ CASES = [
                   lambda: edit(complete("06_models_decoding"), "shift_right_impl",
                                "return torch.cat([bos, tgt[:, :-1]], dim=1)", "return torch.cat([tgt[:, 1:], bos], dim=1)"),
                   {"shift_right_tests": (0, "left")}),
+    notebook_case("buggy learning-rate schedule: no warm-up", "07_training",
+                  lambda: edit(complete("07_training"), "lr_schedule_impl",
+                               "return config.lr * step / config.warmup_steps", "return config.lr"),
+                  {"lr_schedule_tests": (0, "warm-up")}),
+    notebook_case("buggy shifted target: no <eos>", "08_translation",
+                  lambda: edit(complete("08_translation"), "shift_target_impl",
+                               "labels[torch.arange(batch, device=tgt.device), lengths] = eos_id", "pass"),
+                  {"shift_target_tests": (0, "eos")}),
+    notebook_case("buggy path length: attention grows with distance", "09_rnn_vs_transformer",
+                  lambda: edit(complete("09_rnn_vs_transformer"), "path_length_impl",
+                               'return 1  # position j attends to position i directly', "return distance"),
+                  {"path_length_tests": (0, "attention")}),
 ]
 
 

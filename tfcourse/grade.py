@@ -73,7 +73,8 @@ def _message(cell: dict) -> str:
         if output.get("output_type") == "error":
             if output.get("ename") == "NotImplementedError":
                 return "not implemented yet"
-            return f"{output.get('ename', 'Error')}: {output.get('evalue', '')}".strip().splitlines()[0][:200]
+            text = " ".join(line.strip() for line in output.get("evalue", "").splitlines() if line.strip())
+            return f"{output.get('ename', 'Error')}: {text}"[:300]
     lines = [line for output in cell.get("outputs", []) if output.get("output_type") == "stream"
              for line in "".join(output.get("text", "")).splitlines() if line.strip()]
     return lines[-1][:200] if lines else ""

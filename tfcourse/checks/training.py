@@ -168,6 +168,8 @@ def _schedule_mistakes(steps: list[int], c: TrainConfig) -> dict[str, Tensor]:
         "warmup_steps steps": torch.tensor([cosine(min(s, total) / total) for s in steps], dtype=torch.float64),
         "a schedule *without* warm-up (the cosine formula used for the first steps too): the rate must climb "
         "linearly from 0 to lr first": schedule(lambda s: cosine((s - warm) / span), right_decay, floor),
+        "a schedule *without* warm-up (the full rate lr from step 0): the rate must climb linearly from 0 to "
+        "lr over the first warmup_steps steps": schedule(lambda s: lr, right_decay, floor),
         "a cosine that decays to 0 instead of min_lr: use min_lr + ½(lr − min_lr)(1 + cos(π·progress))":
             schedule(ramp, lambda s: cosine((s - warm) / span, 0.0), floor),
         "a cosine that decays to 0 instead of min_lr (and 0 after max_steps)":
