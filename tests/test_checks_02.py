@@ -15,12 +15,7 @@ from tfcourse.checks.core import CheckFailed, OffLimitsError
 from tfcourse.checks.embeddings import (check_input_layer, check_learned_positions, check_one_hot_lookup,
                                         check_permutation_test, check_positional_encoding, check_token_embedding)
 
-
-def passes(check, answer, capfd, hidden=True):
-    check(answer, hidden=hidden)
-    out, err = capfd.readouterr()
-    assert out.startswith("✔ ") and out.count("\n") == 1, out
-    assert err == ""
+from check_helpers import assert_passes as passes
 
 
 # ------------------------------------------------------------------------------------------

@@ -18,13 +18,7 @@ from tfcourse.checks.ffn import (
     worked_example_weights,
 )
 from tfcourse.ffn import PositionwiseFeedForward
-
-
-def assert_passes(check, learner, capfd) -> None:
-    check(learner, hidden=True)
-    out, err = capfd.readouterr()
-    assert out.startswith("✔ ") and out.count("\n") == 1, out
-    assert err == ""
+from check_helpers import assert_passes
 
 
 # ----------------------------------------------------------------------------------------------

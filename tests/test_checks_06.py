@@ -18,19 +18,9 @@ from tfcourse.checks.models import (check_beam_search, check_cached_generation, 
                                     check_sample_next_token, check_shift_right)
 from tfcourse.decoding import length_penalty
 from tfcourse.embedding import InputEmbedding
+from check_helpers import assert_passes, stub
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread is fastest and steadiest
-
-
-def assert_passes(check, obj, capfd, hidden=True):
-    check(obj, hidden=hidden)
-    out, err = capfd.readouterr()
-    assert out.startswith("✔ ") and out.count("\n") == 1, out
-    assert err == ""
-
-
-def stub(*args, **kwargs):
-    raise NotImplementedError()
 
 
 # ----------------------------------------------------------------------------------------------

@@ -12,22 +12,12 @@ import tfcourse.data
 import tfcourse.train
 from tfcourse.checks.core import CheckFailed, OffLimitsError
 from tfcourse.checks.training import check_estimate_loss, check_get_batch, check_lr_schedule, check_train_step
+from check_helpers import assert_passes, stub
 
 
 @pytest.fixture(autouse=True)
 def _tiny_models_on_one_thread(one_thread):
     """Tiny models are fastest on one thread (see conftest.py), and a busy second core cannot stall them."""
-
-
-def assert_passes(check, learner, capfd) -> None:
-    check(learner, hidden=True)
-    out, err = capfd.readouterr()
-    assert out.startswith("✔ ") and out.count("\n") == 1, out
-    assert err == ""
-
-
-def stub(*args, **kwargs):
-    raise NotImplementedError()
 
 
 @pytest.mark.parametrize("check", [check_get_batch, check_lr_schedule, check_train_step, check_estimate_loss])

@@ -10,19 +10,9 @@ from tfcourse import decoding, translation
 from tfcourse.attention import causal_mask, padding_mask
 from tfcourse.checks.core import CheckFailed, OffLimitsError
 from tfcourse.checks.translation import check_encoder_decoder_forward, check_greedy_decode, check_shift_target
+from check_helpers import assert_passes, stub
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread is fastest (conftest.py)
-
-
-def assert_passes(check, obj, capfd, hidden=True):
-    check(obj, hidden=hidden)
-    out, err = capfd.readouterr()
-    assert out.startswith("✔ ") and out.count("\n") == 1, out
-    assert err == ""
-
-
-def stub(*args, **kwargs):
-    raise NotImplementedError()
 
 
 # ----------------------------------------------------------------------------------------------

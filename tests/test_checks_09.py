@@ -11,19 +11,9 @@ import torch
 from tfcourse.checks.core import CheckFailed, OffLimitsError
 from tfcourse.checks import rnn as references
 from tfcourse.checks.rnn import check_path_length, check_recall_batch, check_rnn_forward
+from check_helpers import assert_passes, stub
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
-
-
-def assert_passes(check, obj, capfd, hidden=True):
-    check(obj, hidden=hidden)
-    out, err = capfd.readouterr()
-    assert out.startswith("✔ ") and out.count("\n") == 1, out
-    assert err == ""
-
-
-def stub(*args, **kwargs):
-    raise NotImplementedError()
 
 
 # ----------------------------------------------------------------------------------------------

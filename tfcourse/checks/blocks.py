@@ -10,7 +10,6 @@ its state_dict, so names must follow the package: self_attn, cross_attn, ffn, no
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -20,7 +19,8 @@ from torch import Tensor, nn
 from ..attention import causal_mask, padding_mask
 from ..blocks import Decoder, DecoderLayer, Encoder, EncoderLayer, LayerNorm
 from ..embedding import InputEmbedding
-from .core import CheckFailed, call_learner, compare, expect_unchanged, learner_namespaces, off_limits, passed
+from .core import (CheckFailed, call_learner, compare, expect_unchanged, learner_namespaces, off_limits, one_thread,
+                   passed)
 
 # torch's own LayerNorm, under every name it can be reached by: off-limits in every exercise of this lesson.
 LAYER_NORM_BUILTINS = [
@@ -65,22 +65,6 @@ ENCODER_OFF_LIMITS = [
 SHAPE_TABLE_OFF_LIMITS = ["tfcourse.checks.blocks.trace_shapes"]
 
 ATOL, RTOL = 1e-5, 1e-4
-
-
-def _one_thread(check: Callable) -> Callable:
-    """Run a check on one CPU thread. Its tensors are tiny: extra threads only add start-up and
-    synchronisation costs, which on a loaded CPU can be many times the work itself."""
-
-    @functools.wraps(check)
-    def run(*args: Any, **kwargs: Any) -> Any:
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:
-            return check(*args, **kwargs)
-        finally:
-            torch.set_num_threads(threads)
-
-    return run
 
 
 def _suffix(hidden: bool) -> str:
@@ -177,7 +161,7 @@ def _layer_norm_mistakes(x: Tensor, weight: Tensor, bias: Tensor, eps: float) ->
     return mistakes
 
 
-@_one_thread
+@one_thread
 def check_layer_norm(learner_cls: Any, hidden: bool = False) -> None:
     """LN(x) = gain · (x − mean) / sqrt(var + eps) + bias over the last dimension, biased variance."""
     gen = torch.Generator().manual_seed(5)
@@ -291,7 +275,7 @@ _CONNECTION_MISTAKES = {
 }
 
 
-@_one_thread
+@one_thread
 def check_sublayer_connection(learner_fn: Any, hidden: bool = False) -> None:
     """sublayer_connection(x, sublayer, norm, norm_first): LN(x + F(x)) or x + F(LN(x))."""
     cases = [(False, (2, 5, 8)), (True, (2, 5, 8))]
@@ -386,7 +370,7 @@ def _encoder_layer_cases(hidden: bool) -> list[dict]:
     return cases
 
 
-@_one_thread
+@one_thread
 def check_encoder_layer(learner_cls: Any, hidden: bool = False) -> None:
     """Self-attention -> FFN, each wrapped by sublayer_connection; post-LN by default, pre-LN with norm_first."""
     cases = _encoder_layer_cases(hidden)
@@ -499,7 +483,7 @@ def _decoder_mistakes(reference: DecoderLayer, x: Tensor, memory: Tensor, self_m
     return mistakes
 
 
-@_one_thread
+@one_thread
 def check_decoder_layer(learner_cls: Any, hidden: bool = False) -> None:
     """Masked self-attention -> cross-attention (Q from the decoder, K/V from H) -> FFN, each wrapped."""
     cases = _decoder_layer_cases(hidden)
@@ -540,7 +524,7 @@ def check_decoder_layer(learner_cls: Any, hidden: bool = False) -> None:
 # ----------------------------------------------------------------------------------------------
 
 
-@_one_thread
+@one_thread
 def check_encoder(learner_cls: Any, hidden: bool = False) -> None:
     """N encoder layers with their own weights; pre-LN ends with one LayerNorm; (B, T, d_model) in and out."""
     cases = [
@@ -707,7 +691,7 @@ def _shape_mistakes(key: str, batch: int, n: int, m: int, d_model: int, n_heads:
     return per_key.get(key, {})
 
 
-@_one_thread
+@one_thread
 def check_shape_table(learner_fn: Any, hidden: bool = False) -> None:
     """The learner's table 3-1 (a dict stage -> shape) against shapes traced through a real model."""
     cases = [(2, 6, 8, 16, 4, 30), (1, 3, 5, 12, 3, 11)]

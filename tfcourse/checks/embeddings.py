@@ -21,7 +21,7 @@ from ..attention import MultiHeadAttention, causal_mask, scaled_dot_product_atte
 from ..embedding import InputEmbedding, LearnedPositionalEmbedding, TokenEmbedding, sinusoidal_positional_encoding
 from ..ffn import PositionwiseFeedForward
 from .core import (CheckFailed, OffLimitsError, call_learner, compare, expect_unchanged, learner_namespaces,
-                   off_limits, passed, seeded)
+                   off_limits, one_thread, passed, seeded)
 
 # What each exercise may not call while its check runs.
 LOOKUP_OFF_LIMITS = ["torch.nn.functional.embedding", "torch.nn.Embedding", "tfcourse.embedding.TokenEmbedding"]
@@ -44,22 +44,6 @@ INPUT_LAYER_OFF_LIMITS = [
     "tfcourse.embedding.SinusoidalPositionalEncoding",
     "tfcourse.embedding.LearnedPositionalEmbedding",
 ]
-
-
-def _one_thread(check: Callable) -> Callable:
-    """Run a check on one CPU thread: its tensors are tiny, and on a busy machine waking a thread pool for
-    each small op costs far more than the op (a check took seconds instead of a tenth of one)."""
-
-    @functools.wraps(check)
-    def run(*args, **kwargs):
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:
-            return check(*args, **kwargs)
-        finally:
-            torch.set_num_threads(threads)
-
-    return run
 
 
 def _suffix(hidden: bool) -> str:
@@ -113,7 +97,7 @@ class _WatchedTable(Tensor):
             return func(*args, **(kwargs or {}))
 
 
-@_one_thread
+@one_thread
 def check_one_hot_lookup(learner_fn: Callable, hidden: bool = False) -> None:
     """lookup(ids, table) = one_hot(ids, V) @ table, which equals table[ids], for ids of any shape."""
     cases = [((2, 4), 5, 3), ((1, 1), 7, 4)]  # (ids shape, vocab_size, d_model)
@@ -150,7 +134,7 @@ def check_one_hot_lookup(learner_fn: Callable, hidden: bool = False) -> None:
 # 2. Token embedding with the x sqrt(d_model) scaling
 # ----------------------------------------------------------------------------------------------
 
-@_one_thread
+@one_thread
 def check_token_embedding(learner_cls, hidden: bool = False) -> None:
     """ScaledTokenEmbedding(vocab_size, d_model): `weight` (V, d_model) with std 1/sqrt(d_model); forward
     returns weight[ids] * sqrt(d_model) and lets the gradient reach `weight`."""
@@ -255,7 +239,7 @@ def _as_bool(result, what: str) -> bool:
     raise CheckFailed(f"{what}: return True or False, got {type(result).__name__} {result!r:.60}")
 
 
-@_one_thread
+@one_thread
 def check_permutation_test(learner_fn: Callable, hidden: bool = False) -> None:
     """is_permutation_equivariant(layer, x, perm) -> True iff layer(x[:, perm]) == layer(x)[:, perm]."""
     cases = [(2, 3, 8, [2, 1, 0]), (1, 3, 8, [1, 2, 0])]  # (B, T, d_model, perm): 猫追狗 -> 狗追猫; a rotation
@@ -337,7 +321,7 @@ def pe_mistakes(max_len: int, d_model: int) -> dict[str, Tensor]:
     }
 
 
-@_one_thread
+@one_thread
 def check_positional_encoding(learner_fn: Callable, hidden: bool = False) -> None:
     """sinusoidal_positional_encoding(max_len, d_model) -> (max_len, d_model) float32, the paper's table."""
     cases = [(10, 4), (50, 16), (1, 2)]
@@ -372,7 +356,7 @@ def _expect_value_error(fn: Callable, what: str, hint: str) -> None:
     raise CheckFailed(f"{what}: returned {shape} instead of raising a ValueError {hint}")
 
 
-@_one_thread
+@one_thread
 def check_learned_positions(learner_cls, hidden: bool = False) -> None:
     """LearnedPositionalEmbedding(d_model, max_len): `weight` (max_len, d_model), std 0.02;
     forward(x, offset=0) = x + weight[offset : offset + T]; a ValueError past max_len."""
@@ -460,7 +444,7 @@ def _input_layer(learner_cls, vocab_size, d_model, max_len, dropout, namespaces)
     return module
 
 
-@_one_thread
+@one_thread
 def check_input_layer(learner_cls, hidden: bool = False) -> None:
     """InputLayer(vocab_size, d_model, max_len, dropout): forward(ids, offset=0) =
     dropout(token(ids) + pe[offset : offset + T]); `pe` a buffer; a ValueError past max_len."""
