@@ -30,6 +30,16 @@ def lesson_notebooks(folder: str | Path, only: list[str] | None = None) -> list[
     return paths
 
 
+RUN_MARK = "tfcourse_executed_copy"
+
+
+def _written_by_us(path: Path) -> bool:
+    try:
+        return bool(nbformat.read(path, as_version=4).metadata.get(RUN_MARK))
+    except Exception:  # noqa: BLE001 - unreadable: certainly not ours
+        return False
+
+
 @dataclass
 class RunResult:
     notebook: Path
@@ -65,6 +75,9 @@ def run_notebook(path: Path, output: Path, fast: bool = True, timeout: int = 600
     """Execute `path` in its own folder; write the executed copy to `output` (never over `path`)."""
     if output.resolve() == path.resolve():
         raise ValueError(f"refusing to overwrite the source notebook {path}")
+    if output.exists() and not _written_by_us(output):
+        raise ValueError(f"refusing to overwrite {output}: it was not written by run-solutions "
+                         "(choose another --out folder)")
     nb = nbformat.read(path, as_version=4)
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
                             resources={"metadata": {"path": str(path.parent)}})
@@ -76,6 +89,7 @@ def run_notebook(path: Path, output: Path, fast: bool = True, timeout: int = 600
         except (CellExecutionError, CellTimeoutError, DeadKernelError) as exc:
             error = _first_line_of_error(exc)
     output.parent.mkdir(parents=True, exist_ok=True)
+    nb.metadata[RUN_MARK] = True  # lets a later run replace this copy, and nothing else
     nbformat.write(nb, output)
     return RunResult(path, output, time.perf_counter() - started, error)
 
