@@ -17,7 +17,8 @@ from torch import Tensor, nn
 
 from ..attention import (MultiHeadAttention, causal_mask, merge_heads, padding_mask, scaled_dot_product_attention,
                          split_heads)
-from .core import CheckFailed, call_learner, compare, expect_unchanged, learner_namespaces, off_limits, passed
+from .core import (CheckFailed, call_learner, compare, expect_unchanged, hidden_note, learner_namespaces,
+                   off_limits, passed)
 
 # While a check runs, the answer for that exercise and the matching torch built-ins are off-limits.
 SDPA_OFF_LIMITS = [
@@ -43,10 +44,6 @@ MHA_OFF_LIMITS = [
     "torch.nn.functional.multi_head_attention_forward",
     "torch.nn.functional.scaled_dot_product_attention",
 ]
-
-
-def _suffix(hidden: bool) -> str:
-    return " (hidden cases included)" if hidden else ""
 
 
 def _shape(shape: Any) -> str:
@@ -103,7 +100,7 @@ def check_dot_product_variance(learner_fn: Callable, hidden: bool = False) -> No
                                   "return the variance (.var())")
             raise CheckFailed(f"{what}: got {value:.3g}, expected about {target:g} (within 15 %)")
     passed(f"dot_product_variance measures Var(q·k) ≈ d_k, and ≈ 1 after ÷√d_k, for d_k in {d_ks}"
-           + _suffix(hidden))
+           + hidden_note(hidden))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -272,7 +269,7 @@ def check_scaled_dot_product_attention(learner_fn: Callable, hidden: bool = Fals
                         "-inf has a NaN gradient even if you zero its output afterwards; fill masked scores "
                         "with masked_fill and set fully masked rows to a finite value (e.g. 0) *before* softmax")
     passed(f"scaled_dot_product_attention matches the reference on {len(cases)} cases "
-           "(masks, fully masked rows, dropout)" + _suffix(hidden))
+           "(masks, fully masked rows, dropout)" + hidden_note(hidden))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -324,7 +321,7 @@ def check_causal_mask(learner_fn: Callable, hidden: bool = False) -> None:
                 raise CheckFailed("causal_mask(4, device='cuda'): create the mask on the given device "
                                   "(pass device=device to the tensor you build)")
     passed(f"causal_mask matches the reference for {len(cases)} sizes, square and with a cache offset"
-           + _suffix(hidden))
+           + hidden_note(hidden))
 
 
 def check_padding_mask(learner_fn: Callable, hidden: bool = False) -> None:
@@ -358,7 +355,7 @@ def check_padding_mask(learner_fn: Callable, hidden: bool = False) -> None:
                                   f"hides *keys*, the last axis: (B, 1, 1, T) = {_shape(expected.shape)}")
             inverted = "a mask that is True at the padding: True must mean *may attend*, so padding is False"
             compare(mask, expected, what, {inverted: ~expected})
-    passed(f"padding_mask matches the reference on {len(cases)} batches" + _suffix(hidden))
+    passed(f"padding_mask matches the reference on {len(cases)} batches" + hidden_note(hidden))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -420,7 +417,7 @@ def check_split_merge_heads(learner_split: Callable, learner_merge: Callable, hi
             round_trip = call_learner(what, lambda: learner_merge(learner_split(x, n_heads)))
             compare(round_trip, x, what + " should give x back")
     passed(f"split_heads and merge_heads match the reference on {len(cases)} shapes and invert each other"
-           + _suffix(hidden))
+           + hidden_note(hidden))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -555,7 +552,7 @@ def check_multi_head_attention(learner_cls: type, hidden: bool = False) -> None:
                                   "come from x (the decoder), keys and values from memory")
             compare(output, case["expected"], f"{call} ({label})", case["mistakes"])
     passed(f"MultiHeadAttention matches the reference on {len(cases)} cases (self, masked, cross)"
-           + _suffix(hidden))
+           + hidden_note(hidden))
 
 
 __all__ = [

@@ -41,6 +41,11 @@ def passed(message: str) -> None:
     print(f"✔ {message}")
 
 
+def hidden_note(hidden: bool) -> str:
+    """Appended to the success line when the hidden cases ran too."""
+    return " (hidden cases included)" if hidden else ""
+
+
 # ----------------------------------------------------------------------------------------------
 # Running the learner's code
 # ----------------------------------------------------------------------------------------------

@@ -20,8 +20,8 @@ from torch import Tensor, nn
 from ..attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
 from ..embedding import InputEmbedding, LearnedPositionalEmbedding, TokenEmbedding, sinusoidal_positional_encoding
 from ..ffn import PositionwiseFeedForward
-from .core import (CheckFailed, OffLimitsError, call_learner, compare, expect_unchanged, learner_namespaces,
-                   off_limits, one_thread, passed, seeded)
+from .core import (CheckFailed, OffLimitsError, call_learner, compare, expect_unchanged, hidden_note,
+                   learner_namespaces, off_limits, one_thread, passed, seeded)
 
 # What each exercise may not call while its check runs.
 LOOKUP_OFF_LIMITS = ["torch.nn.functional.embedding", "torch.nn.Embedding", "tfcourse.embedding.TokenEmbedding"]
@@ -44,10 +44,6 @@ INPUT_LAYER_OFF_LIMITS = [
     "tfcourse.embedding.SinusoidalPositionalEncoding",
     "tfcourse.embedding.LearnedPositionalEmbedding",
 ]
-
-
-def _suffix(hidden: bool) -> str:
-    return " (hidden cases included)" if hidden else ""
 
 
 def _module(learner_cls, args: tuple, what: str) -> nn.Module:
@@ -127,7 +123,7 @@ def check_one_hot_lookup(learner_fn: Callable, hidden: bool = False) -> None:
                 raise CheckFailed(f"{what}: you returned the one-hot matrix itself (last axis vocab_size="
                                   f"{vocab_size}); multiply it by the table to get (..., d_model={d_model})")
         compare(actual, expected, what, atol=1e-6, rtol=1e-5)
-    passed(f"one-hot lookup equals table[ids] on {len(cases)} cases" + _suffix(hidden))
+    passed(f"one-hot lookup equals table[ids] on {len(cases)} cases" + hidden_note(hidden))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -196,7 +192,7 @@ def check_token_embedding(learner_cls, hidden: bool = False) -> None:
                               "(not weight.data, a detached copy, or torch.no_grad())")
         compare(module.weight.grad, expected_grad, "the gradient reaching `weight`")
     passed(f"ScaledTokenEmbedding: init std 1/sqrt(d_model), output x sqrt(d_model), gradient OK on "
-           f"{len(cases)} cases" + _suffix(hidden))
+           f"{len(cases)} cases" + hidden_note(hidden))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -274,7 +270,7 @@ def check_permutation_test(learner_fn: Callable, hidden: bool = False) -> None:
                 raise CheckFailed(f"{what} you said False, but layer(x[:, perm]) equals layer(x)[:, perm]; "
                                   + "; ".join(hints))
     passed(f"is_permutation_equivariant is right about {len(_layers(8))} layers on {len(cases)} inputs"
-           + _suffix(hidden))
+           + hidden_note(hidden))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -335,7 +331,7 @@ def check_positional_encoding(learner_fn: Callable, hidden: bool = False) -> Non
         # Angles up to max_len radians: float32 rounding of the angle moves sin/cos by ~1e-7 * max_len.
         compare(actual, expected, f"sinusoidal_positional_encoding({max_len}, {d_model})", mistakes,
                 atol=1e-4 + 1e-7 * max_len, rtol=1e-4)
-    passed(f"sinusoidal_positional_encoding matches the paper's table on {len(cases)} sizes" + _suffix(hidden))
+    passed(f"sinusoidal_positional_encoding matches the paper's table on {len(cases)} sizes" + hidden_note(hidden))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -417,7 +413,7 @@ def check_learned_positions(learner_cls, hidden: bool = False) -> None:
                                 f"forward(x with T={length}, offset={too_far}) with max_len={max_len}",
                                 "(offset + T > max_len: there is no learned vector for those positions)")
     passed(f"LearnedPositionalEmbedding: std 0.02 init, x + weight[offset:offset+T], gradient, max_len limit on "
-           f"{len(cases)} cases" + _suffix(hidden))
+           f"{len(cases)} cases" + hidden_note(hidden))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -529,4 +525,4 @@ def check_input_layer(learner_cls, hidden: bool = False) -> None:
         raise CheckFailed("in training mode the output should be dropout(embedding + PE): about half the entries 0, "
                           "the rest (embedding + PE) / (1 - p); apply dropout once, to the sum")
     passed(f"InputLayer: embedding x sqrt(d_model) + PE buffer, offset, max_len limit, dropout on {len(cases)} "
-           f"cases" + _suffix(hidden))
+           f"cases" + hidden_note(hidden))

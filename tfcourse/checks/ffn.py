@@ -13,16 +13,8 @@ import torch
 from torch import Tensor, nn
 
 from ..ffn import PositionwiseFeedForward
-from .core import (
-    CheckFailed,
-    call_learner,
-    compare,
-    expect_unchanged,
-    learner_namespaces,
-    off_limits,
-    passed,
-    seeded,
-)
+from .core import (CheckFailed, call_learner, compare, expect_unchanged, hidden_note, learner_namespaces,
+                   off_limits, passed, seeded)
 
 # While the learner's FFN runs, the answer itself is off-limits. (torch has no stand-alone FFN
 # module to forbid: its only one lives inside nn.TransformerEncoderLayer.)
@@ -124,7 +116,7 @@ def check_feed_forward(learner_cls, hidden: bool = False) -> None:
                 actual = call_learner("forward(x)", module, x)
         expect_unchanged([x_before], [x], "forward(x)")
         compare(actual, expected, f"FFN output for x of shape {tuple(x.shape)}", mistakes)
-    passed(f"FeedForward matches the reference on {len(cases)} shapes" + (" (hidden cases included)" if hidden else ""))
+    passed(f"FeedForward matches the reference on {len(cases)} shapes" + hidden_note(hidden))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -186,7 +178,7 @@ def check_load_paper_weights(load_fn, hidden: bool = False) -> None:
                                       f"overwrite the tensor you were given; copy the values (e.g. with "
                                       f".copy_ inside torch.no_grad())")
     passed(f"load_paper_weights fills linear1/linear2 correctly on {len(cases)} shapes"
-           + (" (hidden cases included)" if hidden else ""))
+           + hidden_note(hidden))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -249,7 +241,7 @@ def check_trace_ffn(trace_fn, hidden: bool = False) -> None:
                     raise CheckFailed(f"{error} — expected {_fmt(expected[key])}, got {_fmt(result[key])}") from None
                 raise
     passed(f"trace_ffn gives every intermediate right on {len(cases)} inputs, the worked example "
-           f"(1, -2) -> (1, -2, 3) -> (1, 0, 3) -> (4, 1) -> (5, -1) first" + (" (hidden cases included)" if hidden else ""))
+           f"(1, -2) -> (1, -2, 3) -> (1, 0, 3) -> (4, 1) -> (5, -1) first" + hidden_note(hidden))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -311,7 +303,7 @@ def check_positions_affected(learner_fn, hidden: bool = False) -> None:
         expect_unchanged([x_before], [x], "positions_affected")
         compare(actual, expected, f"positions_affected for {label}", mistakes)
     passed(f"positions_affected finds exactly the outputs that move, on {len(cases)} layers and positions"
-           + (" (hidden cases included)" if hidden else ""))
+           + hidden_note(hidden))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -347,7 +339,7 @@ def check_collapse_linear(learner_fn, hidden: bool = False) -> None:
         compare(result[0], weight, f"weight for {label}", weight_mistakes)
         compare(result[1], bias, f"bias for {label}", bias_mistakes)
     passed(f"collapse_linear turns two linear layers into one on {len(cases)} shapes"
-           + (" (hidden cases included)" if hidden else ""))
+           + hidden_note(hidden))
 
 
 __all__ = [

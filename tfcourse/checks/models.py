@@ -22,8 +22,8 @@ from ..decoding import sample_next_token as reference_sample_next_token
 from ..models import GPT, GPTConfig, Transformer, TransformerConfig, count_parameters
 from ..output import cross_entropy as reference_cross_entropy
 from ..output import log_softmax as reference_log_softmax
-from .core import (CheckFailed, OffLimitsError, call_learner, compare, expect_unchanged, learner_namespaces,
-                   off_limits, passed)
+from .core import (CheckFailed, OffLimitsError, call_learner, compare, expect_unchanged, hidden_note,
+                   learner_namespaces, off_limits, passed)
 
 # ----------------------------------------------------------------------------------------------
 # What each exercise may not call
@@ -83,10 +83,6 @@ CACHED_GENERATION_OFF_LIMITS = [
     "tfcourse.decoding.translate",
     "tfcourse.decoding.beam_search_gpt",
 ]
-
-
-def _hidden_note(hidden: bool) -> str:
-    return " (hidden cases included)" if hidden else ""
 
 
 def _same_including_inf(actual: Tensor, wrong: Tensor, atol: float, rtol: float) -> bool:
@@ -172,7 +168,7 @@ def check_log_softmax(learner_fn: Callable, hidden: bool = False) -> None:
             _name_overflow(actual, expected, what, mistakes, atol=1e-4, rtol=1e-5)
             compare(actual, expected, what, mistakes, atol=1e-4, rtol=1e-5)
     passed(f"log_softmax matches the reference on {len(cases)} inputs, +100 and ×1000 included, "
-           f"with no overflow{_hidden_note(hidden)}")
+           f"with no overflow{hidden_note(hidden)}")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -251,7 +247,7 @@ def check_cross_entropy(learner_fn: Callable, hidden: bool = False) -> None:
         call_learner("loss.backward()", loss.backward)
     compare(leaf.grad, expected_grad, "the gradient of your loss with respect to the logits", atol=1e-5, rtol=1e-4)
     passed(f"cross_entropy matches the reference on {len(cases)} inputs (finite for +100 and ×1000) "
-           f"and its gradient is (softmax − one_hot) / N{_hidden_note(hidden)}")
+           f"and its gradient is (softmax − one_hot) / N{hidden_note(hidden)}")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -343,7 +339,7 @@ def check_gpt(learner_cls: type, hidden: bool = False) -> None:
             raise CheckFailed(f"changing tokens {cut}… changed the logits at earlier positions: "
                               "a GPT must not look at future tokens (pass causal_mask(T) to the blocks)")
     passed(f"{name} equals tfcourse.models.GPT (same state_dict keys, same logits, causal) "
-           f"on {len(configs)} configurations{_hidden_note(hidden)}")
+           f"on {len(configs)} configurations{hidden_note(hidden)}")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -425,7 +421,7 @@ def check_parameter_count(learner_fn: Callable, hidden: bool = False) -> None:
                 raise CheckFailed(f"{what}: you got {answer:,}, which is {description}")
         raise CheckFailed(f"{what}: expected {true_count:,}, got {answer:,} (off by {answer - true_count:+,})")
     passed(f"transformer_parameter_count matches count_parameters(Transformer(config)) on {len(configs)} "
-           f"configurations, the base model's 63,082,496 included{_hidden_note(hidden)}")
+           f"configurations, the base model's 63,082,496 included{hidden_note(hidden)}")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -465,7 +461,7 @@ def check_shift_right(learner_fn: Callable, hidden: bool = False) -> None:
                 raise CheckFailed(f"{what}: your output has T + 1 = {length + 1} positions; the decoder input keeps "
                                   "the length T, so drop the last target token (it is never an input)")
             compare(actual, expected, what, mistakes, atol=0, rtol=0)
-    passed(f"shift_right puts <bos> first and drops the last token on {len(cases)} targets{_hidden_note(hidden)}")
+    passed(f"shift_right puts <bos> first and drops the last token on {len(cases)} targets{hidden_note(hidden)}")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -550,7 +546,7 @@ def check_filter_logits(learner_fn: Callable, hidden: bool = False) -> None:
                 compare(actual, expected, what, mistakes, atol=1e-6, rtol=1e-6)
             except CheckFailed as failure:
                 _explain_kept_tokens(failure, actual, expected, what)
-    passed(f"filter_logits keeps exactly the top-k / top-p tokens on {len(cases)} cases{_hidden_note(hidden)}")
+    passed(f"filter_logits keeps exactly the top-k / top-p tokens on {len(cases)} cases{hidden_note(hidden)}")
 
 
 _AGREE = 0.99  # same probabilities + same generator give the same draws, up to rounding at the edges
@@ -647,7 +643,7 @@ def check_sample_next_token(learner_fn: Callable, hidden: bool = False) -> None:
                               "generator=generator); "
                               "did you pass the generator to torch.multinomial?")
     passed(f"sample_next_token: greedy at T = 0 and the reference's draws for temperature, top-k and top-p "
-           f"on {len(cases)} cases{_hidden_note(hidden)}")
+           f"on {len(cases)} cases{hidden_note(hidden)}")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -790,7 +786,7 @@ def check_beam_search(learner_fn: Callable, hidden: bool = False) -> None:
                 raise CheckFailed(f"{what}: your sequence {actual.tolist()} equals {description}")
         raise CheckFailed(f"{what}: expected {expected.tolist()}, got {actual.tolist()}")
     passed(f"beam_search equals the reference on {len(cases)} searches: beam 1 = greedy, wider beams at least "
-           f"as likely as greedy, length penalty, <eos>{_hidden_note(hidden)}")
+           f"as likely as greedy, length penalty, <eos>{hidden_note(hidden)}")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -866,7 +862,7 @@ def check_cached_generation(learner_fn: Callable, hidden: bool = False) -> None:
             compare(actual, expected, what, atol=0, rtol=0)
     model.eval()
     passed(f"greedy_generate_cached equals generation without a cache on {len(cases)} prompts, "
-           f"feeding one token per step{_hidden_note(hidden)}")
+           f"feeding one token per step{hidden_note(hidden)}")
 
 
 __all__ = [

@@ -12,7 +12,8 @@ import math
 import torch
 from torch import Tensor, nn
 
-from .core import CheckFailed, call_learner, compare, expect_unchanged, learner_namespaces, off_limits, passed
+from .core import (CheckFailed, call_learner, compare, expect_unchanged, hidden_note, learner_namespaces,
+                   off_limits, passed)
 
 RNN_OFF_LIMITS = ["tfcourse.checks.rnn.reference_rnn_forward", "torch.nn.RNN", "torch.nn.RNNCell",
                   "torch.rnn_tanh", "torch.rnn_tanh_cell"]
@@ -116,7 +117,7 @@ def check_rnn_forward(learner_fn, hidden: bool = False) -> None:
                               f"shape (B, T, H) = {(batch, length, d_hidden)}")
         compare(actual, expected, f"states for x {tuple(x.shape)}, H={d_hidden}" + (" with h0" if with_h0 else ""),
                 mistakes, atol=1e-5, rtol=1e-4)
-    passed(f"rnn_forward equals torch's nn.RNN on {len(cases)} inputs" + (" (hidden cases included)" if hidden else ""))
+    passed(f"rnn_forward equals torch's nn.RNN on {len(cases)} inputs" + hidden_note(hidden))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -164,7 +165,7 @@ def check_path_length(learner_fn, hidden: bool = False) -> None:
                                   f"{answer!r} ({type(answer).__name__}); math.ceil gives an int")
             answers.append(answer)
     if answers == expected:
-        passed(f"path_length answers all {len(questions)} questions" + (" (hidden cases included)" if hidden else ""))
+        passed(f"path_length answers all {len(questions)} questions" + hidden_note(hidden))
         return
     for name, table in mistake_tables.items():
         if answers == table:
@@ -222,4 +223,4 @@ def check_recall_batch(learner_fn, hidden: bool = False) -> None:
         compare(y, y_ref, f"{what}: y", {"the last token of x: y is the key, the *first* token":
                                           x_ref[:, -1]} if length > 1 else {}, atol=0, rtol=0)
     passed(f"make_recall_batch matches the reference on {len(cases)} batches"
-           + (" (hidden cases included)" if hidden else ""))
+           + hidden_note(hidden))

@@ -17,7 +17,8 @@ from typing import Any
 
 from ..tokenizers import BPETokenizer, CharTokenizer, count_pairs, count_pretokens, merge_word, pretokenize
 from ..tokenizers import split_on_special_tokens, train_bpe
-from .core import CheckFailed, OffLimitsError, call_learner, learner_namespaces, off_limits, passed
+from .core import (CheckFailed, OffLimitsError, call_learner, hidden_note, learner_namespaces, off_limits,
+                   passed)
 
 EOT = "<|endoftext|>"
 
@@ -155,7 +156,7 @@ def check_char_tokenizer(learner_cls, hidden: bool = False) -> None:
     if result is not None:
         raise CheckFailed(f"CharTokenizer('abc').encode('abz') returned {_short(result)}, but 'z' is not in the "
                           f"vocabulary: raise an error (a KeyError or ValueError) instead of inventing an id")
-    passed(f"CharTokenizer matches the reference on {len(cases)} texts" + (" (hidden cases included)" if hidden else ""))
+    passed(f"CharTokenizer matches the reference on {len(cases)} texts" + hidden_note(hidden))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -246,7 +247,7 @@ def check_count_pairs(learner_fn, hidden: bool = False) -> None:
             actual = call_learner(what, learner_fn, word_freqs)
         _expect_untouched(before, word_freqs, what, "word_freqs")
         _expect_equal(_check_pair_counts(actual, what), expected, what, mistakes)
-    passed(f"count_pairs matches the reference on {len(cases)} inputs" + (" (hidden cases included)" if hidden else ""))
+    passed(f"count_pairs matches the reference on {len(cases)} inputs" + hidden_note(hidden))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -329,7 +330,7 @@ def check_merge_word(learner_fn, hidden: bool = False) -> None:
                 raise CheckFailed(f"{what}: every token must be a bytes object; a merged token is left + right "
                                   f"(one bytes object), got {_short(token)}")
         _expect_equal(actual, expected, what, mistakes)
-    passed(f"merge_word matches the reference on {len(cases)} words" + (" (hidden cases included)" if hidden else ""))
+    passed(f"merge_word matches the reference on {len(cases)} words" + hidden_note(hidden))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -467,7 +468,7 @@ def check_train_bpe(learner_fn, hidden: bool = False) -> None:
                                       f"then special tokens")
             raise CheckFailed(f"{what}: vocab has {len(vocab)} ids, expected {len(expected_vocab)}")
     passed(f"train_bpe learns the same merges and vocabulary as the reference on {len(cases)} texts"
-           + (" (hidden cases included)" if hidden else ""))
+           + hidden_note(hidden))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -546,7 +547,7 @@ def check_bpe_encode(learner_fn, hidden: bool = False) -> None:
             actual = call_learner(what, learner_fn, text, vocab, merges, specials)
         _expect_untouched(before, (vocab, merges, specials), what, "vocab, merges or special_tokens")
         _expect_equal(_id_list(actual, what), expected, what, mistakes)
-    passed(f"bpe_encode matches BPETokenizer.encode on {len(texts)} texts" + (" (hidden cases included)" if hidden else ""))
+    passed(f"bpe_encode matches BPETokenizer.encode on {len(texts)} texts" + hidden_note(hidden))
 
 
 def _decode_cases(tokenizer: BPETokenizer, hidden: bool) -> list[list[int]]:
@@ -600,7 +601,7 @@ def check_bpe_decode(learner_fn, hidden: bool = False) -> None:
         _expect_untouched(before, vocab, what, "vocab")
         _expect_equal(_text(actual, what), expected, what, {per_token: _decode_each_token(ids, vocab)})
     passed(f"bpe_decode matches BPETokenizer.decode on {len(cases)} id sequences"
-           + (" (hidden cases included)" if hidden else ""))
+           + hidden_note(hidden))
 
 
 __all__ = [

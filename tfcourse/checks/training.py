@@ -22,7 +22,8 @@ from ..models import GPT, GPTConfig
 from ..train import TrainConfig, default_loss, estimate_loss as reference_estimate_loss
 from ..train import lr_at as reference_lr_at
 from ..train import train_step as reference_train_step
-from .core import CheckFailed, call_learner, compare, expect_unchanged, learner_namespaces, off_limits, passed, seeded
+from .core import (CheckFailed, call_learner, compare, expect_unchanged, hidden_note, learner_namespaces,
+                   off_limits, passed, seeded)
 
 GET_BATCH_OFF_LIMITS = ["tfcourse.data.get_batch"]
 LR_OFF_LIMITS = [
@@ -35,10 +36,6 @@ LR_OFF_LIMITS = [
 ]
 TRAIN_STEP_OFF_LIMITS = ["tfcourse.train.train_step", "tfcourse.train.default_loss"]
 ESTIMATE_LOSS_OFF_LIMITS = ["tfcourse.train.estimate_loss", "tfcourse.train.default_loss"]
-
-
-def _hidden_note(hidden: bool) -> str:
-    return " (hidden cases included)" if hidden else ""
 
 
 def _as_float(value: Any, what: str) -> float:
@@ -141,7 +138,7 @@ def check_get_batch(learner_fn: Callable, hidden: bool = False) -> None:
                     raise CheckFailed(f"{what}: two generators with the same seed gave different batches: draw the "
                                       "starts with torch.randint(..., generator=generator), not from the global RNG")
             _compare_batch(what, x, y, expected, mistakes)
-    passed(f"get_batch draws the same windows as tfcourse.data.get_batch on {len(cases)} cases{_hidden_note(hidden)}")
+    passed(f"get_batch draws the same windows as tfcourse.data.get_batch on {len(cases)} cases{hidden_note(hidden)}")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -237,7 +234,7 @@ def check_lr_schedule(learner_fn: Callable, hidden: bool = False) -> None:
             worst = int((actual - expected).abs().argmax())
             raise CheckFailed(f"{what}: at step {steps[worst]} your rate is {actual[worst].item():.6g}, the reference "
                               f"is {expected[worst].item():.6g}")
-    passed(f"lr_at matches tfcourse.train.lr_at on {len(configs)} schedules{_hidden_note(hidden)}")
+    passed(f"lr_at matches tfcourse.train.lr_at on {len(configs)} schedules{hidden_note(hidden)}")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -392,7 +389,7 @@ def check_train_step(learner_fn: Callable, hidden: bool = False) -> None:
                 atol=1e-6, rtol=1e-5)
         compare(got, losses, f"the losses train_step returned ({where})", atol=1e-5, rtol=1e-5)
     passed(f"train_step leaves the same parameters as tfcourse.train.train_step on {len(cases)} cases"
-           f"{_hidden_note(hidden)}")
+           f"{hidden_note(hidden)}")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -474,7 +471,7 @@ def check_estimate_loss(learner_fn: Callable, hidden: bool = False) -> None:
         compare(torch.tensor(actual, dtype=torch.float64), torch.tensor(expected, dtype=torch.float64), what,
                 {k: torch.tensor(v, dtype=torch.float64) for k, v in mistakes.items()}, atol=1e-5, rtol=1e-5)
     passed(f"estimate_loss matches tfcourse.train.estimate_loss on {len(cases)} cases, in eval mode, without "
-           f"gradients, and leaves the model training{_hidden_note(hidden)}")
+           f"gradients, and leaves the model training{hidden_note(hidden)}")
 
 
 __all__ = ["check_get_batch", "check_lr_schedule", "check_train_step", "check_estimate_loss"]

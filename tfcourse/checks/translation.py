@@ -11,7 +11,8 @@ from torch import Tensor
 from ..attention import causal_mask, padding_mask
 from ..decoding import translate
 from ..models import Transformer, TransformerConfig
-from .core import CheckFailed, call_learner, compare, expect_unchanged, learner_namespaces, off_limits, passed
+from .core import (CheckFailed, call_learner, compare, expect_unchanged, hidden_note, learner_namespaces,
+                   off_limits, passed)
 
 SHIFT_OFF_LIMITS = ["tfcourse.translation.shift_target"]
 FORWARD_OFF_LIMITS = [
@@ -96,7 +97,7 @@ def check_shift_target(learner_fn, hidden: bool = False) -> None:
         compare(result[0], expected_in, f"decoder_input {what}", input_mistakes, atol=0, rtol=0)
         compare(result[1], expected_labels, f"labels {what}", label_mistakes, atol=0, rtol=0)
     passed(f"shift_target builds decoder inputs and labels on {len(cases)} batches"
-           + (" (hidden cases included)" if hidden else ""))
+           + hidden_note(hidden))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -164,7 +165,7 @@ def check_encoder_decoder_forward(learner_fn, hidden: bool = False) -> None:
                 + (" (pre-LN model)" if norm_first else "") + (f" (pad_id={pad_id})" if pad_id else ""),
                 mistakes, atol=1e-5, rtol=1e-4)
     passed(f"encoder_decoder_forward equals Transformer.forward on {len(cases)} batches"
-           + (" (hidden cases included)" if hidden else ""))
+           + hidden_note(hidden))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -250,4 +251,4 @@ def check_greedy_decode(learner_fn, hidden: bool = False) -> None:
         _name_mistake(actual, mistakes, what)
         compare(actual, expected, what, atol=0, rtol=0)
     passed(f"greedy_decode equals tfcourse.decoding.translate on {len(cases)} sources"
-           + (" (hidden cases included)" if hidden else ""))
+           + hidden_note(hidden))
