@@ -131,6 +131,15 @@ def check_one_hot_lookup(learner_fn: Callable, hidden: bool = False) -> None:
 # ----------------------------------------------------------------------------------------------
 
 @one_thread
+def _expect_one_table(module: nn.Module, shape_name: str, shape: tuple[int, int], what: str) -> None:
+    """The module's only parameter is `weight`, of the given shape."""
+    names = [name for name, _ in module.named_parameters()]
+    if names != ["weight"]:
+        raise CheckFailed(f"expected exactly one parameter named `weight` ({what}), got {names}")
+    if tuple(module.weight.shape) != shape:
+        raise CheckFailed(f"weight should have shape {shape_name} = {shape}, got {tuple(module.weight.shape)}")
+
+
 def check_token_embedding(learner_cls, hidden: bool = False) -> None:
     """ScaledTokenEmbedding(vocab_size, d_model): `weight` (V, d_model) with std 1/sqrt(d_model); forward
     returns weight[ids] * sqrt(d_model) and lets the gradient reach `weight`."""
@@ -144,13 +153,7 @@ def check_token_embedding(learner_cls, hidden: bool = False) -> None:
         torch.manual_seed(seed)
         with off_limits(TOKEN_EMBEDDING_OFF_LIMITS, "scaled token embedding", namespaces):
             module = _module(learner_cls, (vocab_size, d_model), "a lookup table with a `weight` parameter")
-        names = [name for name, _ in module.named_parameters()]
-        if names != ["weight"]:
-            raise CheckFailed(f"expected exactly one parameter named `weight` (the table, an nn.Parameter), "
-                              f"got {names}")
-        if tuple(module.weight.shape) != (vocab_size, d_model):
-            raise CheckFailed(f"weight should have shape (vocab_size, d_model) = {(vocab_size, d_model)}, "
-                              f"got {tuple(module.weight.shape)}")
+        _expect_one_table(module, "(vocab_size, d_model)", (vocab_size, d_model), "the table, an nn.Parameter")
         root = math.sqrt(d_model)
         _init_std(module.weight, 1 / root, "the table", {
             "that is std 1 (plain torch.randn); multiply by 1/sqrt(d_model) so that entries reach about 1 only "
@@ -362,13 +365,8 @@ def check_learned_positions(learner_cls, hidden: bool = False) -> None:
         torch.manual_seed(seed)
         with off_limits(LEARNED_OFF_LIMITS, "learned positional embedding", namespaces):
             module = _module(learner_cls, (d_model, max_len), "one trainable vector per position")
-        names = [name for name, _ in module.named_parameters()]
-        if names != ["weight"]:
-            raise CheckFailed(f"expected exactly one parameter named `weight` (an nn.Parameter with one row per "
-                              f"position), got {names}")
-        if tuple(module.weight.shape) != (max_len, d_model):
-            raise CheckFailed(f"weight should have shape (max_len, d_model) = {(max_len, d_model)}, "
-                              f"got {tuple(module.weight.shape)}")
+        _expect_one_table(module, "(max_len, d_model)", (max_len, d_model),
+                          "an nn.Parameter with one row per position")
         _init_std(module.weight, 0.02, "the position table", {
             "that is std 1 (plain torch.randn); learned positions start small, at std 0.02": 1.0,
         })
