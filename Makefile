@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 		|| { echo "tfcourse needs Python >= 3.10; set PYTHON=python3.x"; exit 1; }
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip
-	$(BIN)/python -m pip install -e .
+	$(BIN)/python -m pip install -e ".[course,test]"
 	@touch $(STAMP)
 
 # Jupyter refuses to run as root unless told; containers often run as root.
@@ -33,7 +33,7 @@ grade: $(STAMP)  ## grade your notebooks with the full tests (tfcourse grade)
 	$(BIN)/tfcourse grade
 
 bench: $(STAMP)  ## print the package's performance figures
-	$(BIN)/python -m tfcourse.bench
+	$(BIN)/python -m tfcourse.course.bench
 
 solutions: $(STAMP)  ## run every solution notebook end to end (full mode) into runs/solutions/
 	$(BIN)/tfcourse run-solutions

@@ -185,8 +185,8 @@ def test_whole_stack_equals_nn_transformer(norm_first):
         # none (each layer already ends in one). Remove it for the comparison.
         theirs.encoder.norm = None
         theirs.decoder.norm = None
-    encoder = Encoder(n_layers, D_MODEL, N_HEADS, D_FF, 0.1, norm_first).eval()
-    decoder = Decoder(n_layers, D_MODEL, N_HEADS, D_FF, 0.1, norm_first).eval()
+    encoder = Encoder(n_layers, D_MODEL, N_HEADS, D_FF, dropout=0.1, norm_first=norm_first).eval()
+    decoder = Decoder(n_layers, D_MODEL, N_HEADS, D_FF, dropout=0.1, norm_first=norm_first).eval()
     for ours, layer in zip(encoder.layers, theirs.encoder.layers):
         copy_encoder_layer(ours, layer)
     for ours, layer in zip(decoder.layers, theirs.decoder.layers):

@@ -4,7 +4,7 @@ import random
 
 import torch
 
-from tfcourse import bench
+from tfcourse.course import bench
 from tfcourse.tokenizers import train_bpe
 
 

@@ -1,4 +1,4 @@
-"""Tests for tfcourse.data. No test touches the network: downloads go to a fake urlopen."""
+"""Tests for tfcourse.data (Tiny Shakespeare, batching, the EN->FR corpus). No test touches the network: downloads go to a fake urlopen."""
 
 from __future__ import annotations
 
@@ -11,10 +11,8 @@ import urllib.request
 import pytest
 import torch
 
-from tfcourse import data
+from tfcourse.data import shakespeare as data
 from tfcourse.data import (
-    CACHE_DIR_ENV,
-    DATA_DIR_ENV,
     ChecksumMismatchError,
     DatasetUnavailableError,
     get_batch,
@@ -23,6 +21,7 @@ from tfcourse.data import (
     train_val_split,
     translate_english,
 )
+from tfcourse.data.shakespeare import CACHE_DIR_ENV, DATA_DIR_ENV
 
 FAKE_TEXT = "First Citizen:\nBefore we proceed any further, hear me speak.\n" * 50
 FAKE_BYTES = FAKE_TEXT.encode("utf-8")

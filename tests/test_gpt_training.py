@@ -8,7 +8,7 @@ from tfcourse.data import get_batch
 from tfcourse.decoding import generate
 from tfcourse.models import GPT, GPTConfig
 from tfcourse.tokenizers import CharTokenizer
-from tfcourse.train import TrainConfig, default_loss, train
+from tfcourse.training.loop import TrainConfig, default_loss, train
 
 TEXT = "to be or not to be, that is the question. 今天天气真好. " * 20
 

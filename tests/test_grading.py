@@ -1,7 +1,7 @@
 """Autograding: a catalogue of submissions, good and bad, each graded as intended.
 
 Every submission is built from the lesson notebooks (so the catalogue follows the lessons), graded
-with `tfcourse.grade` (the same code as `tfcourse grade`), and must receive exactly the expected
+with `tfcourse.course.grade` (the same code as `tfcourse grade`), and must receive exactly the expected
 points per exercise, with a message that names the problem. The learner's file must not change.
 The results table is printed at the end of the test session.
 """
@@ -18,7 +18,7 @@ from typing import Callable
 import nbformat
 import pytest
 
-from tfcourse.grade import find_notebook, grade_submissions
+from tfcourse.course.grade import find_notebook, grade_submissions
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "nbgrader_config.py"

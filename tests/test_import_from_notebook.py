@@ -10,7 +10,7 @@ import torch
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from tfcourse.checks.core import learner_namespaces
-from tfcourse.course import NotebookImportError, definition_cells, import_from_notebook
+from tfcourse.course.notebook_import import NotebookImportError, definition_cells, import_from_notebook
 
 DEFINITIONS = '''
 import torch

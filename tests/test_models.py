@@ -312,3 +312,153 @@ def test_clear_errors():
     layer = EncoderLayer(16, 2, dropout=0.0)
     with pytest.raises(ValueError, match=r"\(B, T, d_model\)"):
         layer(torch.randn(16))
+
+
+# ------------------------------------------------------------------------------------------
+# options reach every layer; the stated weight initialisation; no host sync on an accelerator
+# ------------------------------------------------------------------------------------------
+
+from torch import nn  # noqa: E402
+
+from tfcourse.blocks import DecoderLayer  # noqa: E402
+from tfcourse.embedding import LearnedPositionalEmbedding, SinusoidalPositionalEncoding  # noqa: E402
+
+
+def _layer_settings(model: nn.Module) -> list[dict]:
+    """What each encoder/decoder layer of `model` was actually built with."""
+    settings = []
+    for layer in model.modules():
+        if not isinstance(layer, (EncoderLayer, DecoderLayer)):
+            continue
+        attentions = [m for m in layer.modules() if isinstance(m, MultiHeadAttention)]
+        dropouts = {m.p for m in layer.modules() if isinstance(m, nn.Dropout)} | {a.dropout for a in attentions}
+        settings.append({
+            "d_ff": layer.ffn.d_ff,
+            "activation": type(layer.ffn.activation).__name__,
+            "norm_first": layer.norm_first,
+            "fused": {a.fused for a in attentions},
+            "dropout": dropouts,
+        })
+    return settings
+
+
+# Each option set to a value that is not its default, for every model family.
+CHANGED_OPTIONS = {"d_ff": 40, "dropout": 0.25, "activation": "gelu", "norm_first": True, "fused_attention": True}
+FAMILIES = {
+    "transformer": (Transformer, TransformerConfig, dict(src_vocab_size=11, tgt_vocab_size=13), 2 * 3),
+    "gpt": (GPT, GPTConfig, dict(vocab_size=11), 3),
+    "encoder-only": (EncoderOnly, EncoderOnlyConfig, dict(vocab_size=11), 3),
+}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("option", CHANGED_OPTIONS)
+def test_every_option_reaches_every_layer(family, option):
+    model_cls, config_cls, sizes, n_layer_modules = FAMILIES[family]
+    defaults = config_cls(**sizes, d_model=16, n_heads=2, n_layers=3)
+    value = CHANGED_OPTIONS[option]
+    if getattr(defaults, option) == value:  # this family's default already: flip it the other way
+        value = {"activation": "relu", "norm_first": False, "fused_attention": False}[option]
+    model = model_cls(config_cls(**sizes, d_model=16, n_heads=2, n_layers=3, **{option: value}))
+    settings = _layer_settings(model)
+    assert len(settings) == n_layer_modules
+    expected = {"d_ff": value if option == "d_ff" else 4 * 16,
+                "activation": {"relu": "ReLU", "gelu": "GELU"}[value if option == "activation" else defaults.activation],
+                "norm_first": value if option == "norm_first" else defaults.norm_first,
+                "fused": {value if option == "fused_attention" else defaults.fused_attention},
+                "dropout": {value if option == "dropout" else defaults.dropout}}
+    for i, got in enumerate(settings):
+        assert got == expected, f"{family}: layer {i} did not get {option}={value!r}"
+    final_norms = [m.norm for m in model.modules() if hasattr(m, "layers") and hasattr(m, "norm")]
+    pre_ln = expected["norm_first"]
+    assert all(isinstance(norm, LayerNorm) == pre_ln for norm in final_norms), "pre-LN stacks end in a LayerNorm"
+
+
+def test_positional_and_embedding_options_reach_the_input_layers():
+    model = Transformer(TransformerConfig(11, 13, d_model=16, n_heads=2, n_layers=1, positional="learned"))
+    assert isinstance(model.src_embed.position, LearnedPositionalEmbedding)
+    assert isinstance(model.tgt_embed.position, LearnedPositionalEmbedding)
+    gpt = GPT(GPTConfig(vocab_size=11, d_model=16, n_heads=2, n_layers=1, positional="sinusoidal",
+                        scale_embedding=True, tie_weights=False))
+    assert isinstance(gpt.embed.position, SinusoidalPositionalEncoding)
+    assert gpt.embed.token.scale == pytest.approx(4.0)
+    assert gpt.output.weight is not gpt.embed.token.weight
+
+
+def _std(t: torch.Tensor) -> float:
+    return t.detach().float().std().item()
+
+
+def test_gpt_init_is_gpt2s():
+    torch.manual_seed(0)
+    n_layers = 4
+    model = GPT(GPTConfig(vocab_size=500, d_model=256, n_heads=4, n_layers=n_layers))
+    residual = 0.02 / math.sqrt(2 * n_layers)
+    for name, p in model.named_parameters():
+        if name.endswith(("self_attn.w_o.weight", "ffn.linear2.weight")):
+            assert _std(p) == pytest.approx(residual, rel=0.05), name
+        elif name.endswith("weight") and p.dim() == 2:  # every other matrix, the token and position tables
+            assert _std(p) == pytest.approx(0.02, rel=0.05), name
+        elif name.endswith("bias") and "norm" not in name:
+            assert torch.all(p == 0), name
+    for norm in (m for m in model.modules() if isinstance(m, LayerNorm)):
+        assert torch.all(norm.weight == 1) and torch.all(norm.bias == 0)
+
+
+def test_transformer_init_is_xavier_with_scaled_token_tables():
+    torch.manual_seed(0)
+    d_model = 128
+    model = Transformer(TransformerConfig(300, 400, d_model=d_model, n_heads=4, n_layers=2))
+    for name, module in model.named_modules():
+        if isinstance(module, nn.Linear):
+            fan_out, fan_in = module.weight.shape
+            xavier_std = math.sqrt(2.0 / (fan_in + fan_out))
+            assert _std(module.weight) == pytest.approx(xavier_std, rel=0.05), name
+            assert module.bias is None or torch.all(module.bias == 0), name
+    for table in (model.src_embed.token.weight, model.tgt_embed.token.weight):
+        assert _std(table) == pytest.approx(d_model ** -0.5, rel=0.05)
+        # x sqrt(d_model): looked-up entries are of size 1, like the sin/cos they are added to
+        assert _std(table * math.sqrt(d_model)) == pytest.approx(1.0, rel=0.05)
+    tied = Transformer(TransformerConfig(300, 300, d_model=d_model, n_heads=4, n_layers=1, share_embeddings=True,
+                                         tie_output=True))
+    assert _std(tied.output.weight) == pytest.approx(d_model ** -0.5, rel=0.05)
+
+
+def test_encoder_only_init_is_berts():
+    torch.manual_seed(0)
+    model = EncoderOnly(EncoderOnlyConfig(vocab_size=300, d_model=128, n_heads=4, n_layers=2))
+    for name, module in model.named_modules():
+        if isinstance(module, nn.Linear):
+            assert _std(module.weight) == pytest.approx(0.02, rel=0.05), name
+            assert torch.all(module.bias == 0), name
+
+
+def test_range_check_runs_once_per_input_and_never_reads_an_accelerator(monkeypatch):
+    import tfcourse.validation as validation
+
+    calls = []
+    real = validation.expect_ids_in_vocabulary
+    monkeypatch.setattr(validation, "expect_ids_in_vocabulary", lambda *a, **k: calls.append(1) or real(*a, **k))
+    tiny_gpt()(torch.zeros(2, 5, dtype=torch.long))
+    assert len(calls) == 1, "one range check per GPT forward"
+    calls.clear()
+    tiny_transformer()(torch.ones(2, 4, dtype=torch.long), torch.ones(2, 3, dtype=torch.long))
+    assert len(calls) == 2, "one range check per input: the source and the target"
+    # On a device other than the CPU the check would read a value back (a sync): it is skipped.
+    # A 'meta' tensor has no values at all, so any read-back there raises.
+    calls.clear()
+    with torch.device("meta"):
+        logits = GPT(GPTConfig(vocab_size=23, max_len=16, d_model=32, n_heads=4, n_layers=2))(
+            torch.zeros(2, 8, dtype=torch.long))
+    assert logits.shape == (2, 8, 23) and calls == []
+
+
+def test_debug_mode_checks_the_range_on_any_device(monkeypatch):
+    import tfcourse.validation as validation
+
+    monkeypatch.setenv("TFCOURSE_DEBUG", "1")
+    calls = []
+    monkeypatch.setattr(validation, "expect_ids_in_vocabulary", lambda *a, **k: calls.append(a[0].device.type))
+    with torch.device("meta"):
+        GPT(GPTConfig(vocab_size=23, max_len=16, d_model=32, n_heads=4, n_layers=1))(torch.zeros(1, 4, dtype=torch.long))
+    assert calls == ["meta"]

@@ -16,7 +16,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from tfcourse.notebooks import lesson_notebooks, run_notebook
+from tfcourse.course.run_solutions import lesson_notebooks, run_notebook
 from tools.release import generate
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,7 +11,7 @@ else:  # Python 3.10
     import tomli as tomllib
 
 import tfcourse
-from tfcourse.cli import main as cli_main
+from tfcourse.course.cli import main as cli_main
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -20,15 +20,40 @@ def _pyproject():
     return tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 
-def _environment_pip_requirements():
+def _environment_pip_requirements() -> dict[str, list[str]]:
+    """environment.yml's pip list, grouped by its `# core:` / `# course:` / `# test` comments."""
     lines = (ROOT / "environment.yml").read_text().splitlines()
-    start = lines.index("  - pip:") + 1
-    items = [line.strip()[2:] for line in lines[start:] if line.strip().startswith("- ")]
-    return [item for item in items if item != "-e ."]
+    groups: dict[str, list[str]] = {}
+    current = None
+    for line in lines[lines.index("  - pip:") + 1:]:
+        item = line.strip()
+        if item.startswith("# "):
+            current = item[2:].split(":")[0].strip()
+        elif item.startswith("- ") and item != "- -e .":
+            groups.setdefault(current, []).append(item[2:])
+    return groups
 
 
 def test_environment_yml_and_pyproject_declare_the_same_dependencies():
-    assert sorted(_environment_pip_requirements()) == sorted(_pyproject()["project"]["dependencies"])
+    project = _pyproject()["project"]
+    groups = _environment_pip_requirements()
+    assert sorted(groups.pop("core")) == sorted(project["dependencies"])
+    extras = project["optional-dependencies"]
+    assert set(groups) == set(extras), "environment.yml lists the extras of pyproject.toml, one comment each"
+    for extra, requirements in extras.items():
+        assert sorted(groups[extra]) == sorted(requirements), f"extra [{extra}] differs"
+
+
+def test_the_model_needs_no_course_or_test_package():
+    core = " ".join(_pyproject()["project"]["dependencies"])
+    for package in ("jupyterlab", "nbgrader", "nbclient", "nbformat", "pytest", "nbval"):
+        assert package not in core, f"{package} is for the course or the tests: put it in an extra"
+
+
+def test_make_installs_every_extra():
+    makefile = (ROOT / "Makefile").read_text()
+    extras = ",".join(_pyproject()["project"]["optional-dependencies"])
+    assert f'pip install -e ".[{extras}]"' in makefile
 
 
 def test_torch_requirement_is_an_open_range_users_can_satisfy():
@@ -67,6 +92,14 @@ def test_cli_help_and_info(capsys):
     assert result.returncode == 0 and "bench" in result.stdout and "data" in result.stdout
 
 
-def test_package_modules_named_in_the_tour_exist():
-    for name in re.findall(r"^\s+(\w+)\.py", tfcourse.__doc__, re.M):
-        assert (ROOT / "tfcourse" / f"{name}.py").exists(), f"tfcourse/__init__ names {name}.py"
+def test_package_modules_named_in_the_tours_exist():
+    import tfcourse.course
+    import tfcourse.data
+    import tfcourse.training
+
+    for package in (tfcourse, tfcourse.course, tfcourse.data, tfcourse.training):
+        folder = Path(package.__file__).parent
+        named = re.findall(r"^\s+(\w+)\.py", package.__doc__, re.M)
+        assert named, f"{package.__name__}'s docstring lists its modules"
+        for name in named:
+            assert (folder / f"{name}.py").exists(), f"{package.__name__} names {name}.py"

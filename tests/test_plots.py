@@ -1,4 +1,4 @@
-"""Tests for tfcourse.plots: each plot's structure, token labels in any script, clear errors."""
+"""Tests for tfcourse.course.plots: each plot's structure, token labels in any script, clear errors."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from tfcourse import plots  # noqa: E402
+from tfcourse.course import plots  # noqa: E402
 
 CHINESE_QUERY = list("今天天气真好")
 CHINESE_KEY = list("猫追狗")

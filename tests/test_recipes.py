@@ -1,4 +1,4 @@
-"""The two Tiny Shakespeare recipes, and the end-to-end script `python -m tfcourse.train_shakespeare`."""
+"""The two Tiny Shakespeare recipes, and the end-to-end script `python -m tfcourse.training.shakespeare`."""
 
 from __future__ import annotations
 
@@ -10,9 +10,11 @@ import sys
 import pytest
 import torch
 
-from tfcourse import bench, recipes, train_shakespeare
+from tfcourse.course import bench
+from tfcourse.training import recipes
+from tfcourse.training import shakespeare as train_shakespeare
 from tfcourse.models import GPT
-from tfcourse.recipes import CPU_RECIPE, GPU_RECIPE, recipe_for
+from tfcourse.training.recipes import CPU_RECIPE, GPU_RECIPE, recipe_for
 
 
 @pytest.fixture(autouse=True)
@@ -131,7 +133,7 @@ def test_script_refuses_resume_without_a_folder(capsys):
 
 
 def test_script_runs_as_a_module():
-    result = subprocess.run([sys.executable, "-m", "tfcourse.train_shakespeare", "--help"],
+    result = subprocess.run([sys.executable, "-m", "tfcourse.training.shakespeare", "--help"],
                             capture_output=True, text=True, check=True)
     assert "--peak-tflops" in result.stdout and "--no-compile" in result.stdout and "989" in result.stdout
 

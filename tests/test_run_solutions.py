@@ -5,8 +5,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from tfcourse.cli import main
-from tfcourse.notebooks import run_notebook
+from tfcourse.course.cli import main
+from tfcourse.course.run_solutions import run_notebook
 
 
 def _lesson(folder: Path, name: str, source: str) -> Path:

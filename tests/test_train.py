@@ -1,4 +1,4 @@
-"""Tests for tfcourse.train, on a tiny bigram language model and a tiny repeated text."""
+"""Tests for tfcourse.training.loop, on a tiny bigram language model and a tiny repeated text."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from tfcourse.train import (
+from tfcourse.training.loop import (
     TrainConfig,
     configure_optimizer,
     default_loss,
@@ -189,6 +189,14 @@ def test_history_keys_and_lengths_agree():
     assert len(history["eval_train_loss"]) == len(history["val_loss"]) == 4
     assert history["tokens_per_sec"] > 0 and history["seconds"] > 0
     assert history["device"] == "cpu"
+
+
+def test_step_hook_is_called_after_every_step_with_the_history():
+    seen = []
+    history = train(make_model(), get_batch, small_config(max_steps=12, eval_interval=5),
+                    on_step=lambda step, h: seen.append((step, len(h["train_loss"]))))
+    assert seen == [(step, step) for step in range(1, 13)]  # step n's loss is recorded when the hook runs
+    assert history["step"][-1] == 12
 
 
 def test_evaluating_does_not_change_the_training_run():

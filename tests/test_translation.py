@@ -1,4 +1,4 @@
-"""tfcourse.translation: the translation lesson's pipeline, and a fast-mode training run that must
+"""tfcourse.training.translation: the translation lesson's pipeline, and a fast-mode training run that must
 beat the copy-the-source baseline on held-out sentences."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import torch
 
 from tfcourse.data import make_translation_pairs
 from tfcourse.output import cross_entropy
-from tfcourse.translation import (
+from tfcourse.training.translation import (
     IGNORE_INDEX,
     TranslationRecipe,
     build_vocabularies,

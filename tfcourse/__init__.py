@@ -1,18 +1,26 @@
 """tfcourse: the reference Transformer that the course's exercises are checked against.
 
-Read it in the order data flows, tokens -> logits:
+Three layers, each importing only the ones above it.
+
+1. The model, tokens -> logits, read in the order data flows:
 
     tokenizers.py  text -> token ids (characters, words, byte-level BPE)
     embedding.py   ids -> vectors x sqrt(d_model) + positional encoding
     attention.py   scaled dot-product attention, masks, multi-head attention, KV cache
-    ffn.py         position-wise feed-forward network
+    ffn.py         position-wise feed-forward network (and the worked example's weights)
     blocks.py      residual + LayerNorm; encoder and decoder layers and stacks
     output.py      linear -> softmax; stable log-softmax and cross-entropy
-    models.py      encoder-decoder Transformer, GPT, encoder-only (BERT-style)
+    models.py      encoder-decoder Transformer, GPT, encoder-only (BERT-style); table 3-1's shapes
     decoding.py    greedy, temperature, top-k, top-p, beam search
+    rnn.py         the recurrent network the Transformer replaced (lesson 09)
+    validation.py  the input checks every module shares
 
-and around the model: data.py (Tiny Shakespeare, batches, EN->FR corpus), train.py (the
-training loop), plots.py, bench.py, cli.py; validation.py holds the shared input checks.
+2. Data and training: `tfcourse.data` (Tiny Shakespeare, batches, the EN->FR corpus) and
+   `tfcourse.training` (the training loop, the recipes, the end-to-end runs).
+
+3. The course machinery: `tfcourse.course` (lesson setup, notebook import, plots, run-solutions,
+   grading, benchmarks, the `tfcourse` command) and `tfcourse.checks` (the exercise checks).
+   Layers 1 and 2 never import layer 3: the model works without Jupyter or nbgrader.
 """
 
 __version__ = "0.1.0"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -64,12 +65,12 @@ class EncoderLayer(nn.Module):
     """Self-attention -> FFN, each with residual + LayerNorm. With a causal mask this is also the
     GPT block: the three families differ by mask, not by block."""
 
-    def __init__(self, d_model: int, n_heads: int, d_ff: int | None = None, dropout: float = 0.1,
+    def __init__(self, d_model: int, n_heads: int, d_ff: int | None = None, *, dropout: float = 0.1,
                  norm_first: bool = False, activation: str = "relu", fused: bool = False):
         super().__init__()
         self.norm_first = norm_first
         self.self_attn = MultiHeadAttention(d_model, n_heads, dropout, fused=fused)
-        self.ffn = PositionwiseFeedForward(d_model, d_ff, dropout, activation)
+        self.ffn = PositionwiseFeedForward(d_model, d_ff, dropout, activation=activation)
         self.norm1, self.norm2 = LayerNorm(d_model), LayerNorm(d_model)
         self.dropout1, self.dropout2 = nn.Dropout(dropout), nn.Dropout(dropout)
 
@@ -96,13 +97,13 @@ class DecoderLayer(nn.Module):
     """Masked self-attention -> cross-attention (Q from the decoder, K and V from the encoder
     output H) -> FFN, each with residual + LayerNorm."""
 
-    def __init__(self, d_model: int, n_heads: int, d_ff: int | None = None, dropout: float = 0.1,
-                 norm_first: bool = False, activation: str = "relu"):
+    def __init__(self, d_model: int, n_heads: int, d_ff: int | None = None, *, dropout: float = 0.1,
+                 norm_first: bool = False, activation: str = "relu", fused: bool = False):
         super().__init__()
         self.norm_first = norm_first
-        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout)
-        self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout)
-        self.ffn = PositionwiseFeedForward(d_model, d_ff, dropout, activation)
+        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout, fused=fused)
+        self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout, fused=fused)
+        self.ffn = PositionwiseFeedForward(d_model, d_ff, dropout, activation=activation)
         self.norm1, self.norm2, self.norm3 = LayerNorm(d_model), LayerNorm(d_model), LayerNorm(d_model)
         self.dropout1, self.dropout2, self.dropout3 = nn.Dropout(dropout), nn.Dropout(dropout), nn.Dropout(dropout)
 
@@ -131,15 +132,16 @@ def _final_norm(norm_first: bool, d_model: int) -> nn.Module:
 
 
 class Encoder(nn.Module):
-    """N encoder layers, each with its own freshly initialised weights. (B, T, d_model) in and out."""
+    """N encoder layers, each with its own freshly initialised weights. (B, T, d_model) in and out.
 
-    def __init__(self, n_layers: int, d_model: int, n_heads: int, d_ff: int | None = None, dropout: float = 0.1,
-                 norm_first: bool = False, activation: str = "relu", fused: bool = False):
+    `layer_options` (dropout, norm_first, activation, fused) go unchanged to every EncoderLayer,
+    so an option set once reaches every layer; norm_first also decides the final LayerNorm.
+    """
+
+    def __init__(self, n_layers: int, d_model: int, n_heads: int, d_ff: int | None = None, **layer_options: Any):
         super().__init__()
-        self.layers = nn.ModuleList(
-            EncoderLayer(d_model, n_heads, d_ff, dropout, norm_first, activation, fused) for _ in range(n_layers)
-        )
-        self.norm = _final_norm(norm_first, d_model)
+        self.layers = nn.ModuleList(EncoderLayer(d_model, n_heads, d_ff, **layer_options) for _ in range(n_layers))
+        self.norm = _final_norm(layer_options.get("norm_first", False), d_model)
 
     def forward(self, x: Tensor, mask: Tensor | None = None, caches: list[KVCache] | None = None) -> Tensor:
         expect_tensor(x, "x", ndim=3, expected="(B, T, d_model)")
@@ -149,15 +151,15 @@ class Encoder(nn.Module):
 
 
 class Decoder(nn.Module):
-    """N decoder layers, each attending to the same encoder output `memory`."""
+    """N decoder layers, each attending to the same encoder output `memory`.
 
-    def __init__(self, n_layers: int, d_model: int, n_heads: int, d_ff: int | None = None, dropout: float = 0.1,
-                 norm_first: bool = False, activation: str = "relu"):
+    `layer_options` (dropout, norm_first, activation, fused) go unchanged to every DecoderLayer.
+    """
+
+    def __init__(self, n_layers: int, d_model: int, n_heads: int, d_ff: int | None = None, **layer_options: Any):
         super().__init__()
-        self.layers = nn.ModuleList(
-            DecoderLayer(d_model, n_heads, d_ff, dropout, norm_first, activation) for _ in range(n_layers)
-        )
-        self.norm = _final_norm(norm_first, d_model)
+        self.layers = nn.ModuleList(DecoderLayer(d_model, n_heads, d_ff, **layer_options) for _ in range(n_layers))
+        self.norm = _final_norm(layer_options.get("norm_first", False), d_model)
 
     def forward(self, x: Tensor, memory: Tensor, self_mask: Tensor | None = None,
                 memory_mask: Tensor | None = None, caches: list[DecoderLayerCache] | None = None) -> Tensor:

@@ -117,6 +117,7 @@ class InputEmbedding(nn.Module):
         d_model: int,
         max_len: int,
         dropout: float = 0.1,
+        *,
         positional: str = "sinusoidal",
         token_embedding: TokenEmbedding | None = None,
         scale: bool = True,

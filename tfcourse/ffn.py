@@ -9,6 +9,7 @@ part (ReLU, the non-linearity), project back to d_model so the residual sum fits
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
 
 from .validation import expect_tensor, shape_str
@@ -23,7 +24,7 @@ class PositionwiseFeedForward(nn.Module):
     that the lessons discuss but this reference does not need.
     """
 
-    def __init__(self, d_model: int, d_ff: int | None = None, dropout: float = 0.0, activation: str = "relu"):
+    def __init__(self, d_model: int, d_ff: int | None = None, dropout: float = 0.0, *, activation: str = "relu"):
         super().__init__()
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
@@ -42,4 +43,30 @@ class PositionwiseFeedForward(nn.Module):
         return self.linear2(self.dropout(self.activation(self.linear1(x))))  # (..., d_model)
 
 
-__all__ = ["PositionwiseFeedForward"]
+# The seed's worked example: d_model = 2, d_ff = 3, x = (1, -2). In the paper's convention
+# (row vector times matrix) these weights give
+#   h = x W1 + b1 = (1, -2, 3),  ReLU(h) = (1, 0, 3),  FFN(x) = ReLU(h) W2 + b2 = (4, 1),  x + FFN(x) = (5, -1).
+# Row 2 of W2 is not zero, so forgetting the ReLU gives a visibly different answer, (-6, -3).
+WORKED_X = torch.tensor([1.0, -2.0])
+WORKED_W1 = torch.tensor([[2.0, 0.0, 1.0],
+                          [1.0, 1.0, -1.0]])  # (d_model, d_ff) = (2, 3)
+WORKED_B1 = torch.tensor([1.0, 0.0, 0.0])  # (d_ff,)
+WORKED_W2 = torch.tensor([[0.0, -1.0],
+                          [5.0, 2.0],
+                          [1.0, 1.0]])  # (d_ff, d_model) = (3, 2)
+WORKED_B2 = torch.tensor([1.0, -1.0])  # (d_model,)
+WORKED_STEPS = {
+    "hidden": torch.tensor([1.0, -2.0, 3.0]),
+    "activated": torch.tensor([1.0, 0.0, 3.0]),
+    "output": torch.tensor([4.0, 1.0]),
+    "residual": torch.tensor([5.0, -1.0]),
+}
+
+
+def worked_example_weights() -> dict[str, Tensor]:
+    """Copies of the worked example's x and paper-convention weights (W1: (2, 3), W2: (3, 2))."""
+    return {"x": WORKED_X.clone(), "W1": WORKED_W1.clone(), "b1": WORKED_B1.clone(),
+            "W2": WORKED_W2.clone(), "b2": WORKED_B2.clone()}
+
+
+__all__ = ["PositionwiseFeedForward", "worked_example_weights", "WORKED_STEPS"]

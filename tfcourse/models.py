@@ -12,15 +12,17 @@ tgt ids -> InputEmbedding -> Decoder(H) -> Linear -> logits (softmax gives next-
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import math
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from .attention import KVCache, causal_mask, padding_mask
-from .blocks import Decoder, DecoderLayerCache, Encoder
-from .embedding import InputEmbedding
-from .validation import expect_divisible, expect_token_ids
+from .blocks import Decoder, DecoderLayerCache, Encoder, LayerNorm
+from .embedding import InputEmbedding, LearnedPositionalEmbedding, TokenEmbedding
+from .validation import expect_divisible, expect_tensor
 
 
 def _check_dims(d_model: int, n_heads: int, d_ff: int | None, dropout: float) -> None:
@@ -29,6 +31,79 @@ def _check_dims(d_model: int, n_heads: int, d_ff: int | None, dropout: float) ->
         raise ValueError(f"d_ff must be positive, got {d_ff}")
     if not 0.0 <= dropout < 1.0:
         raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+
+
+def layer_options(config: Any) -> dict[str, Any]:
+    """The per-layer options of any model config, as the keyword arguments of Encoder/Decoder.
+
+    One place turns a config into layer arguments, so an option set in the config reaches every
+    layer of every stack (tests/test_models.py changes each one and looks in every layer).
+    """
+    return {"dropout": config.dropout, "norm_first": config.norm_first, "activation": config.activation,
+            "fused": config.fused_attention}
+
+
+# ----------------------------------------------------------------------------------------------
+# Weight initialisation: one stated policy per family
+# ----------------------------------------------------------------------------------------------
+
+
+def _init_linears(model: nn.Module, init: Any) -> None:
+    """`init(weight)` on every nn.Linear weight; biases start at zero."""
+    for module in model.modules():
+        if isinstance(module, nn.Linear):
+            init(module.weight)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+
+
+def _init_layer_norms(model: nn.Module) -> None:
+    """LayerNorm starts as the plain normalisation: gain 1, bias 0."""
+    for module in model.modules():
+        if isinstance(module, LayerNorm):
+            nn.init.ones_(module.weight)
+            nn.init.zeros_(module.bias)
+
+
+def init_transformer_weights(model: nn.Module) -> None:
+    """The encoder-decoder, as common reproductions of the paper do (the paper states no init):
+    Xavier-uniform for every linear layer, so activations keep their size through each projection,
+    biases 0; token tables N(0, 1/d_model), whose x sqrt(d_model) gives entries of size 1 (see
+    TokenEmbedding). A tied output layer is the target table itself, so it keeps the table's init."""
+    _init_linears(model, nn.init.xavier_uniform_)
+    _init_layer_norms(model)
+    for module in model.modules():
+        if isinstance(module, TokenEmbedding):
+            nn.init.normal_(module.weight, std=module.d_model ** -0.5)
+
+
+def init_gpt_weights(model: nn.Module, n_layers: int) -> None:
+    """GPT-2's policy: every weight N(0, 0.02), biases 0, and the two projections that write into the
+    residual stream (attention's W^O and the FFN's second linear) N(0, 0.02 / sqrt(2 n_layers)).
+
+    Why the smaller residual projections: the stream is a sum of 2 n_layers sub-layer outputs
+    plus the embedding; scaling each addition by 1/sqrt(2 n_layers) keeps the sum's variance at the
+    start independent of depth, as in GPT-2's paper (section 2.3).
+    """
+    _init_linears(model, lambda weight: nn.init.normal_(weight, std=0.02))
+    _init_layer_norms(model)
+    for module in model.modules():
+        if isinstance(module, (TokenEmbedding, LearnedPositionalEmbedding)):
+            nn.init.normal_(module.weight, std=0.02)
+    residual_std = 0.02 / math.sqrt(2 * n_layers)
+    for name, parameter in model.named_parameters():
+        if name.endswith(("self_attn.w_o.weight", "ffn.linear2.weight")):
+            nn.init.normal_(parameter, std=residual_std)
+
+
+def init_bert_weights(model: nn.Module) -> None:
+    """BERT's policy: every linear layer N(0, 0.02), biases 0, LayerNorm 1 and 0. The token table
+    keeps TokenEmbedding's init, because this model multiplies it by sqrt(d_model)."""
+    _init_linears(model, lambda weight: nn.init.normal_(weight, std=0.02))
+    _init_layer_norms(model)
+    for module in model.modules():
+        if isinstance(module, LearnedPositionalEmbedding):
+            nn.init.normal_(module.weight, std=0.02)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -51,6 +126,8 @@ class TransformerConfig:
     share_embeddings: bool = False  # one table for source and target (needs a shared vocabulary)
     tie_output: bool = False  # output layer reuses the target embedding matrix (paper, section 3.4)
     pad_id: int = 0  # padding token: masked out of attention
+    activation: str = "relu"  # the paper's FFN; "gelu" for the later variants
+    fused_attention: bool = False  # torch's fused attention kernel (same result, faster, no weights returned)
 
     def __post_init__(self) -> None:
         _check_dims(self.d_model, self.n_heads, self.d_ff, self.dropout)
@@ -74,31 +151,32 @@ class TransformerConfig:
 
 
 class Transformer(nn.Module):
-    """The encoder-decoder Transformer of "Attention Is All You Need"."""
+    """The encoder-decoder Transformer of "Attention Is All You Need". Weights: init_transformer_weights."""
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
         self.config = c = config
-        self.src_embed = InputEmbedding(c.src_vocab_size, c.d_model, c.max_len, c.dropout, c.positional)
+        self.src_embed = InputEmbedding(c.src_vocab_size, c.d_model, c.max_len, c.dropout, positional=c.positional)
         shared = self.src_embed.token if c.share_embeddings else None
-        self.tgt_embed = InputEmbedding(c.tgt_vocab_size, c.d_model, c.max_len, c.dropout, c.positional,
+        self.tgt_embed = InputEmbedding(c.tgt_vocab_size, c.d_model, c.max_len, c.dropout, positional=c.positional,
                                         token_embedding=shared)
-        self.encoder = Encoder(c.n_layers, c.d_model, c.n_heads, c.d_ff, c.dropout, c.norm_first)
-        self.decoder = Decoder(c.n_layers, c.d_model, c.n_heads, c.d_ff, c.dropout, c.norm_first)
+        self.encoder = Encoder(c.n_layers, c.d_model, c.n_heads, c.d_ff, **layer_options(c))
+        self.decoder = Decoder(c.n_layers, c.d_model, c.n_heads, c.d_ff, **layer_options(c))
         self.output = nn.Linear(c.d_model, c.tgt_vocab_size, bias=False)  # the pre-softmax linear layer
         if c.tie_output:
             self.output.weight = self.tgt_embed.token.weight  # (V, d_model) serves both directions
+        init_transformer_weights(self)
 
     def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
         """src ids (B, S) -> (H (B, S, d_model), source padding mask (B, 1, 1, S))."""
-        expect_token_ids(src, self.config.src_vocab_size, "source token ids")
+        expect_tensor(src, "source token ids", ndim=2, expected="(B, S)")  # the range: in src_embed
         src_mask = padding_mask(src, self.config.pad_id)  # (B, 1, 1, S)
         return self.encoder(self.src_embed(src), src_mask), src_mask
 
     def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor,
                caches: list[DecoderLayerCache] | None = None) -> Tensor:
         """tgt ids (B, T) -> logits (B, T, tgt_vocab_size). With `caches`, tgt holds only the new positions."""
-        expect_token_ids(tgt, self.config.tgt_vocab_size, "target token ids")
+        expect_tensor(tgt, "target token ids", ndim=2, expected="(B, T)")  # the range: in tgt_embed
         offset = len(caches[0].self_attn) if caches else 0  # positions already decoded
         length = tgt.shape[1]
         # Causal (no peeking at later target tokens) AND not padding.
@@ -145,23 +223,21 @@ class GPTConfig:
     def d_head(self) -> int:
         return self.d_model // self.n_heads
 
-    def to_dict(self) -> dict:
-        return asdict(self)
-
 
 class GPT(nn.Module):
-    """Decoder-only: the encoder block with a causal mask, stacked, then a linear layer to the vocabulary."""
+    """Decoder-only: the encoder block with a causal mask, stacked, then a linear layer to the vocabulary.
+    Weights: init_gpt_weights (GPT-2's)."""
 
     def __init__(self, config: GPTConfig):
         super().__init__()
         self.config = c = config
-        self.embed = InputEmbedding(c.vocab_size, c.d_model, c.max_len, c.dropout, c.positional,
+        self.embed = InputEmbedding(c.vocab_size, c.d_model, c.max_len, c.dropout, positional=c.positional,
                                     scale=c.scale_embedding)
-        self.blocks = Encoder(c.n_layers, c.d_model, c.n_heads, c.d_ff, c.dropout, c.norm_first,
-                              c.activation, fused=c.fused_attention)
+        self.blocks = Encoder(c.n_layers, c.d_model, c.n_heads, c.d_ff, **layer_options(c))
         self.output = nn.Linear(c.d_model, c.vocab_size, bias=False)
         if c.tie_weights:
             self.output.weight = self.embed.token.weight
+        init_gpt_weights(self, c.n_layers)
 
     def forward(self, ids: Tensor, caches: list[KVCache] | None = None) -> Tensor:
         """ids (B, T) -> logits (B, T, vocab_size); logits[:, t] predicts token t + 1.
@@ -169,10 +245,9 @@ class GPT(nn.Module):
         With `caches` (from make_caches), ids holds only the new tokens; earlier keys and values
         come from the cache.
         """
-        expect_token_ids(ids, self.config.vocab_size)
         offset = len(caches[0]) if caches else 0
+        x = self.embed(ids, offset)  # (B, T, d_model); checks the ids, raises if offset + T > max_len
         length = ids.shape[1]
-        x = self.embed(ids, offset)  # (B, T, d_model); raises if offset + T > max_len
         mask = causal_mask(length, offset + length, ids.device)  # (T, offset + T)
         return self.output(self.blocks(x, mask, caches))  # (B, T, vocab_size)
 
@@ -199,6 +274,7 @@ class EncoderOnlyConfig:
     positional: str = "learned"  # BERT learns its position vectors
     activation: str = "gelu"  # BERT's activation
     pad_id: int = 0  # padding is masked out of attention
+    fused_attention: bool = False  # torch's fused attention kernel (same result, faster)
 
     def __post_init__(self) -> None:
         _check_dims(self.d_model, self.n_heads, self.d_ff, self.dropout)
@@ -209,22 +285,71 @@ class EncoderOnly(nn.Module):
 
     Classification head: reads the first position ([CLS]) -> (B, n_classes).
     Masked-token head: every position -> (B, T, vocab_size), trained to recover masked tokens.
+    Weights: init_bert_weights.
     """
 
     def __init__(self, config: EncoderOnlyConfig):
         super().__init__()
         self.config = c = config
-        self.embed = InputEmbedding(c.vocab_size, c.d_model, c.max_len, c.dropout, c.positional)
-        self.encoder = Encoder(c.n_layers, c.d_model, c.n_heads, c.d_ff, c.dropout, c.norm_first, c.activation)
+        self.embed = InputEmbedding(c.vocab_size, c.d_model, c.max_len, c.dropout, positional=c.positional)
+        self.encoder = Encoder(c.n_layers, c.d_model, c.n_heads, c.d_ff, **layer_options(c))
         out_features = c.n_classes if c.n_classes is not None else c.vocab_size
         self.head = nn.Linear(c.d_model, out_features)
+        init_bert_weights(self)
 
     def forward(self, ids: Tensor) -> Tensor:
-        expect_token_ids(ids, self.config.vocab_size)
-        hidden = self.encoder(self.embed(ids), padding_mask(ids, self.config.pad_id))  # (B, T, d_model)
+        x = self.embed(ids)  # (B, T, d_model); checks the ids
+        hidden = self.encoder(x, padding_mask(ids, self.config.pad_id))  # (B, T, d_model)
         if self.config.n_classes is not None:
             return self.head(hidden[:, 0])  # (B, n_classes) from the [CLS] position
         return self.head(hidden)  # (B, T, vocab_size)
+
+
+# ----------------------------------------------------------------------------------------------
+# Table 3-1: the shape at every stage
+# ----------------------------------------------------------------------------------------------
+
+
+def trace_shapes(batch: int, n: int, m: int, d_model: int, n_heads: int, vocab_size: int) -> dict[str, tuple]:
+    """Table 3-1: run a tiny encoder-decoder (2 layers, shared input layer) on random ids and record the shape
+    at every stage, from the source ids to the output probabilities. The keys are in data-flow order."""
+    torch.manual_seed(0)
+    embed = InputEmbedding(vocab_size, d_model, max_len=max(n, m), dropout=0.0)
+    encoder = Encoder(2, d_model, n_heads, dropout=0.0).eval()
+    decoder = Decoder(2, d_model, n_heads, dropout=0.0).eval()
+    output = nn.Linear(d_model, vocab_size)
+    shapes: dict[str, tuple] = {}
+    with torch.no_grad():
+        src = torch.randint(0, vocab_size, (batch, n))
+        shapes["src_ids"] = tuple(src.shape)
+        shapes["src_embeddings"] = tuple(embed.token(src).shape)
+        x = embed(src)
+        shapes["encoder_input"] = tuple(x.shape)
+        attn = encoder.layers[0].self_attn
+        q = attn.w_q(x)
+        shapes["q"] = tuple(q.shape)
+        shapes["q_heads"] = tuple(attn.split_heads(q).shape)
+        out, weights = attn(x, return_weights=True)
+        shapes["encoder_attn_weights"] = tuple(weights.shape)
+        shapes["attn_output"] = tuple(out.shape)
+        shapes["encoder_layer_output"] = tuple(encoder.layers[0](x).shape)
+        memory = encoder(x)
+        shapes["memory"] = tuple(memory.shape)
+        tgt = torch.randint(0, vocab_size, (batch, m))
+        shapes["tgt_ids"] = tuple(tgt.shape)
+        y = embed(tgt)
+        shapes["decoder_input"] = tuple(y.shape)
+        layer = decoder.layers[0]
+        _, self_weights = layer.self_attn(y, mask=causal_mask(m), return_weights=True)
+        shapes["decoder_self_attn_weights"] = tuple(self_weights.shape)
+        _, cross_weights = layer.cross_attn(y, memory, return_weights=True)
+        shapes["cross_attn_weights"] = tuple(cross_weights.shape)
+        hidden = decoder(y, memory, causal_mask(m))
+        shapes["decoder_output"] = tuple(hidden.shape)
+        logits = output(hidden)
+        shapes["logits"] = tuple(logits.shape)
+        shapes["probs"] = tuple(torch.softmax(logits, dim=-1).shape)
+    return shapes
 
 
 def count_parameters(model: nn.Module) -> int:
@@ -234,5 +359,6 @@ def count_parameters(model: nn.Module) -> int:
 
 __all__ = [
     "TransformerConfig", "Transformer", "GPTConfig", "GPT", "EncoderOnlyConfig", "EncoderOnly",
-    "count_parameters",
+    "count_parameters", "trace_shapes", "layer_options", "init_transformer_weights", "init_gpt_weights",
+    "init_bert_weights",
 ]

@@ -18,7 +18,7 @@ from torch import Tensor, nn
 
 from ..attention import causal_mask, padding_mask
 from ..blocks import Decoder, DecoderLayer, Encoder, EncoderLayer, LayerNorm
-from ..embedding import InputEmbedding
+from ..models import trace_shapes
 from .core import (CheckFailed, call_learner, compare, expect_unchanged, learner_namespaces, off_limits, one_thread,
                    passed)
 
@@ -62,7 +62,7 @@ ENCODER_OFF_LIMITS = [
     *LAYER_NORM_BUILTINS,
 ]
 # The check's own tracer would hand over the answer.
-SHAPE_TABLE_OFF_LIMITS = ["tfcourse.checks.blocks.trace_shapes"]
+SHAPE_TABLE_OFF_LIMITS = ["tfcourse.models.trace_shapes"]
 
 ATOL, RTOL = 1e-5, 1e-4
 
@@ -611,47 +611,6 @@ SHAPE_KEYS = (
 )
 
 
-def trace_shapes(batch: int, n: int, m: int, d_model: int, n_heads: int, vocab_size: int) -> dict[str, tuple]:
-    """Run a tiny encoder-decoder built from the package on random ids and record every stage's shape."""
-    torch.manual_seed(0)
-    embed = InputEmbedding(vocab_size, d_model, max_len=max(n, m), dropout=0.0)
-    encoder = Encoder(2, d_model, n_heads, dropout=0.0).eval()
-    decoder = Decoder(2, d_model, n_heads, dropout=0.0).eval()
-    output = nn.Linear(d_model, vocab_size)
-    shapes: dict[str, tuple] = {}
-    with torch.no_grad():
-        src = torch.randint(0, vocab_size, (batch, n))
-        shapes["src_ids"] = tuple(src.shape)
-        shapes["src_embeddings"] = tuple(embed.token(src).shape)
-        x = embed(src)
-        shapes["encoder_input"] = tuple(x.shape)
-        attn = encoder.layers[0].self_attn
-        q = attn.w_q(x)
-        shapes["q"] = tuple(q.shape)
-        shapes["q_heads"] = tuple(attn.split_heads(q).shape)
-        out, weights = attn(x, return_weights=True)
-        shapes["encoder_attn_weights"] = tuple(weights.shape)
-        shapes["attn_output"] = tuple(out.shape)
-        shapes["encoder_layer_output"] = tuple(encoder.layers[0](x).shape)
-        memory = encoder(x)
-        shapes["memory"] = tuple(memory.shape)
-        tgt = torch.randint(0, vocab_size, (batch, m))
-        shapes["tgt_ids"] = tuple(tgt.shape)
-        y = embed(tgt)
-        shapes["decoder_input"] = tuple(y.shape)
-        layer = decoder.layers[0]
-        _, self_weights = layer.self_attn(y, mask=causal_mask(m), return_weights=True)
-        shapes["decoder_self_attn_weights"] = tuple(self_weights.shape)
-        _, cross_weights = layer.cross_attn(y, memory, return_weights=True)
-        shapes["cross_attn_weights"] = tuple(cross_weights.shape)
-        hidden = decoder(y, memory, causal_mask(m))
-        shapes["decoder_output"] = tuple(hidden.shape)
-        logits = output(hidden)
-        shapes["logits"] = tuple(logits.shape)
-        shapes["probs"] = tuple(torch.softmax(logits, dim=-1).shape)
-    return shapes
-
-
 def _shape_mistakes(key: str, batch: int, n: int, m: int, d_model: int, n_heads: int,
                     vocab: int) -> dict[tuple, str]:
     d_head = d_model // n_heads
@@ -730,7 +689,6 @@ __all__ = [
     "check_decoder_layer",
     "check_encoder",
     "check_shape_table",
-    "trace_shapes",
     "SHAPE_KEYS",
 ]
 

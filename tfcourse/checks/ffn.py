@@ -12,7 +12,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from ..ffn import PositionwiseFeedForward
+from ..ffn import (WORKED_B1, WORKED_B2, WORKED_STEPS, WORKED_W1, WORKED_W2, WORKED_X, PositionwiseFeedForward,
+                   worked_example_weights)
 from .core import (CheckFailed, call_learner, compare, expect_unchanged, hidden_note, learner_namespaces,
                    off_limits, passed, seeded)
 
@@ -20,32 +21,8 @@ from .core import (CheckFailed, call_learner, compare, expect_unchanged, hidden_
 # module to forbid: its only one lives inside nn.TransformerEncoderLayer.)
 FFN_OFF_LIMITS = ["tfcourse.ffn.PositionwiseFeedForward"]
 
-# The seed's worked example: d_model = 2, d_ff = 3, x = (1, -2). In the paper's convention
-# (row vector times matrix) these weights give
-#   h = x W1 + b1 = (1, -2, 3),  ReLU(h) = (1, 0, 3),  FFN(x) = ReLU(h) W2 + b2 = (4, 1),  x + FFN(x) = (5, -1).
-# Row 2 of W2 is not zero, so forgetting the ReLU gives a visibly different answer, (-6, -3).
-WORKED_X = torch.tensor([1.0, -2.0])
-WORKED_W1 = torch.tensor([[2.0, 0.0, 1.0],
-                          [1.0, 1.0, -1.0]])  # (d_model, d_ff) = (2, 3)
-WORKED_B1 = torch.tensor([1.0, 0.0, 0.0])  # (d_ff,)
-WORKED_W2 = torch.tensor([[0.0, -1.0],
-                          [5.0, 2.0],
-                          [1.0, 1.0]])  # (d_ff, d_model) = (3, 2)
-WORKED_B2 = torch.tensor([1.0, -1.0])  # (d_model,)
-WORKED_STEPS = {
-    "hidden": torch.tensor([1.0, -2.0, 3.0]),
-    "activated": torch.tensor([1.0, 0.0, 3.0]),
-    "output": torch.tensor([4.0, 1.0]),
-    "residual": torch.tensor([5.0, -1.0]),
-}
 TRACE_KEYS = ("hidden", "activated", "output", "residual")
 WORKED_LABEL = "the worked example x = (1, -2)"
-
-
-def worked_example_weights() -> dict[str, Tensor]:
-    """Copies of the worked example's x and paper-convention weights (W1: (2, 3), W2: (3, 2))."""
-    return {"x": WORKED_X.clone(), "W1": WORKED_W1.clone(), "b1": WORKED_B1.clone(),
-            "W2": WORKED_W2.clone(), "b2": WORKED_B2.clone()}
 
 
 class _TwoLinear(nn.Module):

@@ -1,8 +1,8 @@
 """Checks for lesson 09, why Transformers replaced RNNs: the recurrence written as a loop, path
 lengths between distant tokens, and the data of the long-range recall task.
 
-The references live here (the package has no RNN): `reference_rnn_forward`, `reference_path_length`
-and `reference_recall_batch` are what the lesson's exercises are compared with.
+The references: `tfcourse.rnn.rnn_forward`, `tfcourse.rnn.path_length` and
+`tfcourse.data.recall.recall_batch`.
 """
 
 from __future__ import annotations
@@ -12,51 +12,17 @@ import math
 import torch
 from torch import Tensor, nn
 
+from ..data.recall import recall_batch as reference_recall_batch
+from ..rnn import path_length as reference_path_length
+from ..rnn import rnn_forward as reference_rnn_forward
 from .core import (CheckFailed, call_learner, compare, expect_unchanged, hidden_note, learner_namespaces,
                    off_limits, passed)
 
-RNN_OFF_LIMITS = ["tfcourse.checks.rnn.reference_rnn_forward", "torch.nn.RNN", "torch.nn.RNNCell",
+RNN_OFF_LIMITS = ["tfcourse.rnn.rnn_forward", "torch.nn.RNN", "torch.nn.RNNCell",
                   "torch.rnn_tanh", "torch.rnn_tanh_cell"]
-PATH_OFF_LIMITS = ["tfcourse.checks.rnn.reference_path_length"]
-RECALL_OFF_LIMITS = ["tfcourse.checks.rnn.reference_recall_batch"]
+PATH_OFF_LIMITS = ["tfcourse.rnn.path_length"]
+RECALL_OFF_LIMITS = ["tfcourse.data.recall.recall_batch"]
 LAYERS = ("recurrent", "self-attention", "convolution")
-
-
-# ----------------------------------------------------------------------------------------------
-# References
-# ----------------------------------------------------------------------------------------------
-
-
-def reference_path_length(i: int, j: int, layer: str, kernel_size: int = 3) -> int:
-    """Sequential steps (recurrent), layers (convolution) or attention hops for token i to reach position j >= i."""
-    distance = j - i
-    if distance == 0:
-        return 0
-    if layer == "recurrent":
-        return distance  # one step per position in between: h_i -> h_{i+1} -> ... -> h_j
-    if layer == "self-attention":
-        return 1  # position j attends to position i directly
-    return math.ceil(distance / (kernel_size - 1))  # each causal layer widens the window by k - 1
-
-
-def reference_recall_batch(batch_size: int, length: int, n_keys: int, n_distractors: int,
-                           generator: torch.Generator) -> tuple[Tensor, Tensor]:
-    """x (B, length): a key in [0, n_keys) first, then length - 1 distractors; y (B,): the key."""
-    keys = torch.randint(0, n_keys, (batch_size,), generator=generator)  # (B,)
-    distractors = torch.randint(n_keys, n_keys + n_distractors, (batch_size, length - 1), generator=generator)
-    return torch.cat([keys[:, None], distractors], dim=1), keys  # (B, length), (B,)
-
-
-def reference_rnn_forward(x: Tensor, w_xh: Tensor, w_hh: Tensor, b: Tensor, h0: Tensor | None = None) -> Tensor:
-    """torch's own nn.RNN with the given weights: h_t = tanh(x_t W_xh + h_{t-1} W_hh + b), all states (B, T, H)."""
-    rnn = nn.RNN(w_xh.shape[0], w_xh.shape[1], batch_first=True)
-    with torch.no_grad():
-        rnn.weight_ih_l0.copy_(w_xh.T)  # nn.RNN stores (H, D): x W_ih^T
-        rnn.weight_hh_l0.copy_(w_hh.T)
-        rnn.bias_ih_l0.copy_(b)
-        rnn.bias_hh_l0.zero_()
-        states, _ = rnn(x, None if h0 is None else h0[None])
-    return states
 
 
 # ----------------------------------------------------------------------------------------------

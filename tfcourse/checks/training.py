@@ -1,9 +1,9 @@
 """Checks for lesson 07: training a GPT on Tiny Shakespeare.
 
 The batch sampler (against tfcourse.data.get_batch with the same generator), the learning-rate
-schedule (against tfcourse.train.lr_at), one training step (against tfcourse.train.train_step on
+schedule (against tfcourse.training.loop.lr_at), one training step (against tfcourse.training.loop.train_step on
 a tiny GPT: the same parameters afterwards) and the evaluation loop (against
-tfcourse.train.estimate_loss, watching the model's mode and autograd while it runs).
+tfcourse.training.loop.estimate_loss, watching the model's mode and autograd while it runs).
 """
 
 from __future__ import annotations
@@ -17,25 +17,25 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..data import get_batch as reference_get_batch
+from ..data.batching import get_batch as reference_get_batch
 from ..models import GPT, GPTConfig
-from ..train import TrainConfig, default_loss, estimate_loss as reference_estimate_loss
-from ..train import lr_at as reference_lr_at
-from ..train import train_step as reference_train_step
+from ..training.loop import TrainConfig, default_loss, estimate_loss as reference_estimate_loss
+from ..training.loop import lr_at as reference_lr_at
+from ..training.loop import train_step as reference_train_step
 from .core import (CheckFailed, call_learner, compare, expect_unchanged, hidden_note, learner_namespaces,
                    off_limits, passed, seeded)
 
 GET_BATCH_OFF_LIMITS = ["tfcourse.data.get_batch"]
 LR_OFF_LIMITS = [
-    "tfcourse.train.lr_at",
+    "tfcourse.training.loop.lr_at",
     "torch.optim.lr_scheduler.CosineAnnealingLR",
     "torch.optim.lr_scheduler.CosineAnnealingWarmRestarts",
     "torch.optim.lr_scheduler.OneCycleLR",
     "torch.optim.lr_scheduler.LinearLR",
     "torch.optim.lr_scheduler.SequentialLR",
 ]
-TRAIN_STEP_OFF_LIMITS = ["tfcourse.train.train_step", "tfcourse.train.default_loss"]
-ESTIMATE_LOSS_OFF_LIMITS = ["tfcourse.train.estimate_loss", "tfcourse.train.default_loss"]
+TRAIN_STEP_OFF_LIMITS = ["tfcourse.training.loop.train_step", "tfcourse.training.loop.default_loss"]
+ESTIMATE_LOSS_OFF_LIMITS = ["tfcourse.training.loop.estimate_loss", "tfcourse.training.loop.default_loss"]
 
 
 def _as_float(value: Any, what: str) -> float:
@@ -192,7 +192,7 @@ def _schedule_mistakes(steps: list[int], c: TrainConfig) -> dict[str, Tensor]:
 
 def check_lr_schedule(learner_fn: Callable, hidden: bool = False) -> None:
     """lr_at(step, config): linear warm-up from 0 to config.lr over config.warmup_steps steps, then half a
-    cosine down to config.min_lr at config.max_steps, and min_lr afterwards; the same as tfcourse.train.lr_at."""
+    cosine down to config.min_lr at config.max_steps, and min_lr afterwards; the same as tfcourse.training.loop.lr_at."""
     configs = [
         TrainConfig(max_steps=100, warmup_steps=10, lr=1e-3, min_lr=1e-4),
         TrainConfig(max_steps=2000, warmup_steps=100, lr=1e-3, min_lr=1e-4),
@@ -234,7 +234,7 @@ def check_lr_schedule(learner_fn: Callable, hidden: bool = False) -> None:
             worst = int((actual - expected).abs().argmax())
             raise CheckFailed(f"{what}: at step {steps[worst]} your rate is {actual[worst].item():.6g}, the reference "
                               f"is {expected[worst].item():.6g}")
-    passed(f"lr_at matches tfcourse.train.lr_at on {len(configs)} schedules{hidden_note(hidden)}")
+    passed(f"lr_at matches tfcourse.training.loop.lr_at on {len(configs)} schedules{hidden_note(hidden)}")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -300,7 +300,7 @@ class _StepSpy:
 def check_train_step(learner_fn: Callable, hidden: bool = False) -> None:
     """train_step(model, batch, optimizer, grad_clip) -> loss as a Python float: forward, cross-entropy loss,
     backward, clip the gradient norm to grad_clip, optimizer step, zero the gradients. After the same steps,
-    a tiny GPT must have the same parameters as with tfcourse.train.train_step."""
+    a tiny GPT must have the same parameters as with tfcourse.training.loop.train_step."""
     # (batch, length, grad_clip, steps, dropout)
     cases = [(4, 8, 0.05, 2, 0.0), (1, 1, 0.05, 2, 0.0)]
     if hidden:
@@ -388,7 +388,7 @@ def check_train_step(learner_fn: Callable, hidden: bool = False) -> None:
         compare(_flat(learner_model), expected, f"the parameters after {len(batches)} steps ({where})", mistakes,
                 atol=1e-6, rtol=1e-5)
         compare(got, losses, f"the losses train_step returned ({where})", atol=1e-5, rtol=1e-5)
-    passed(f"train_step leaves the same parameters as tfcourse.train.train_step on {len(cases)} cases"
+    passed(f"train_step leaves the same parameters as tfcourse.training.loop.train_step on {len(cases)} cases"
            f"{hidden_note(hidden)}")
 
 
@@ -414,7 +414,7 @@ class _ForwardSpy:
 def check_estimate_loss(learner_fn: Callable, hidden: bool = False) -> None:
     """estimate_loss(model, batches) -> the mean cross-entropy over the batches (a float), computed in eval mode
     (no dropout) under torch.no_grad(); afterwards the model is back in training mode. The same number as
-    tfcourse.train.estimate_loss."""
+    tfcourse.training.loop.estimate_loss."""
     # (number of batches, batch, length, dropout)
     cases = [(3, 4, 8, 0.3), (1, 1, 1, 0.3)]
     if hidden:
@@ -470,7 +470,7 @@ def check_estimate_loss(learner_fn: Callable, hidden: bool = False) -> None:
             raise CheckFailed(f"{what}: the model was called {len(calls)} times for {len(batches)} batches")
         compare(torch.tensor(actual, dtype=torch.float64), torch.tensor(expected, dtype=torch.float64), what,
                 {k: torch.tensor(v, dtype=torch.float64) for k, v in mistakes.items()}, atol=1e-5, rtol=1e-5)
-    passed(f"estimate_loss matches tfcourse.train.estimate_loss on {len(cases)} cases, in eval mode, without "
+    passed(f"estimate_loss matches tfcourse.training.loop.estimate_loss on {len(cases)} cases, in eval mode, without "
            f"gradients, and leaves the model training{hidden_note(hidden)}")
 
 

@@ -14,7 +14,7 @@ from ..models import Transformer, TransformerConfig
 from .core import (CheckFailed, call_learner, compare, expect_unchanged, hidden_note, learner_namespaces,
                    off_limits, passed)
 
-SHIFT_OFF_LIMITS = ["tfcourse.translation.shift_target"]
+SHIFT_OFF_LIMITS = ["tfcourse.training.translation.shift_target"]
 FORWARD_OFF_LIMITS = [
     "tfcourse.models.Transformer.forward", "tfcourse.models.Transformer.encode",
     "tfcourse.models.Transformer.decode", "torch.nn.Transformer", "torch.nn.TransformerEncoder",
@@ -22,7 +22,7 @@ FORWARD_OFF_LIMITS = [
 ]
 GREEDY_OFF_LIMITS = [
     "tfcourse.decoding.translate", "tfcourse.decoding.translate_beam", "tfcourse.decoding.beam_search",
-    "tfcourse.decoding.generate", "tfcourse.translation.translate_sentences",
+    "tfcourse.decoding.generate", "tfcourse.training.translation.translate_sentences",
 ]
 
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import __version__
+from .. import __version__
 
 
 def _info(args: argparse.Namespace) -> int:
     import torch
 
-    from .data import DATA_DIR_ENV, cache_dir
-    from .train import pick_device
+    from ..data.shakespeare import DATA_DIR_ENV, cache_dir
+    from ..training.loop import pick_device
 
     print(f"tfcourse {__version__}")
     print(f"python   {sys.version.split()[0]}")
@@ -23,7 +23,7 @@ def _info(args: argparse.Namespace) -> int:
 
 
 def _data(args: argparse.Namespace) -> int:
-    from .data import DatasetUnavailableError, load_tiny_shakespeare
+    from ..data import DatasetUnavailableError, load_tiny_shakespeare
 
     try:
         text = load_tiny_shakespeare()
@@ -37,7 +37,7 @@ def _data(args: argparse.Namespace) -> int:
 def _run_solutions(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from .notebooks import run_solutions
+    from .run_solutions import run_solutions
 
     results = run_solutions(Path(args.source), Path(args.out), fast=args.fast, only=args.lessons or None,
                             timeout=args.timeout)
@@ -69,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", default="runs/solutions", help="where executed copies go (default: runs/solutions)")
     run.add_argument("--timeout", type=int, default=1800, help="seconds allowed per cell (default: 1800)")
     run.set_defaults(run=_run_solutions)
-    # Listed here for --help; main() hands their arguments straight to tfcourse.grade / tfcourse.bench.
+    # Listed here for --help; main() hands their arguments straight to tfcourse.course.grade / tfcourse.course.bench.
     commands.add_parser("grade", help="grade your notebooks with the full tests (see `tfcourse grade -h`)")
     commands.add_parser("bench", help="print the performance figures (see `tfcourse bench -h`)")
     return parser

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .models import GPTConfig
-from .train import TrainConfig
+from ..models import GPTConfig
+from ..training.loop import TrainConfig
 
 # Tiny Shakespeare has 65 distinct characters; a recipe's GPTConfig starts with that vocabulary.
 # Use Recipe.gpt_config(vocab_size) for another tokenizer (e.g. BPE).
@@ -134,7 +134,7 @@ RECIPES = {"gpu": GPU_RECIPE, "cpu": CPU_RECIPE}
 
 # Fast mode: the same model shape, a few seconds of training. A few dozen steps take the loss
 # from ln(65) = 4.17 to about 2.5-3: enough to see it fall and to sample (badly).
-FAST_STEPS = {"gpu": 60, "cpu": 60}
+FAST_STEPS = 60
 
 
 def fast_version(recipe: Recipe) -> Recipe:
@@ -143,8 +143,7 @@ def fast_version(recipe: Recipe) -> Recipe:
     The CPU recipe keeps its model (it is already small); the GPU recipe also shrinks its
     batch and context, so that even a CPU finishes it in seconds.
     """
-    steps = FAST_STEPS.get(recipe.name, 60)
-    shrunk = recipe.replace(steps=steps, warmup_steps=10, eval_interval=steps // 2, eval_steps=4,
+    shrunk = recipe.replace(steps=FAST_STEPS, warmup_steps=10, eval_interval=FAST_STEPS // 2, eval_steps=4,
                             name=f"{recipe.name}-fast")
     if recipe.batch_size * recipe.context > CPU_RECIPE.tokens_per_step:
         shrunk = dataclasses.replace(

@@ -1,4 +1,4 @@
-"""Benchmarks that print figures: `python -m tfcourse.bench` (or `tfcourse bench`, `make bench`).
+"""Benchmarks that print figures: `python -m tfcourse.course.bench` (or `tfcourse bench`, `make bench`).
 
 Timings on shared machines are noisy, so these are scripts that report, not tests that pass or
 fail; compare figures taken in one run. Targets (2-core CPU):
@@ -15,12 +15,12 @@ import time
 
 import torch
 
-from .data import get_batch, load_tiny_shakespeare, train_val_split
-from .decoding import generate
-from .models import GPT
-from .recipes import CPU_RECIPE  # nanoGPT's CPU recipe; lesson 07 trains it for 2,000 steps
-from .tokenizers import CharTokenizer, train_bpe
-from .train import train
+from ..data import char_corpus, load_tiny_shakespeare
+from ..decoding import generate
+from ..models import GPT
+from ..training.recipes import CPU_RECIPE  # nanoGPT's CPU recipe; lesson 07 trains it for 2,000 steps
+from ..tokenizers import train_bpe
+from ..training.loop import train
 
 
 def bench_bpe(text: str, vocab_size: int = 1000) -> dict:
@@ -31,15 +31,10 @@ def bench_bpe(text: str, vocab_size: int = 1000) -> dict:
 
 
 def bench_training(text: str, steps: int = 300) -> dict:
-    """Tokens per second of the full training loop (tfcourse.train) on the CPU recipe."""
-    tokenizer = CharTokenizer.from_text(text)
-    data = torch.tensor(tokenizer.encode(text), dtype=torch.long)
-    splits = dict(zip(("train", "val"), train_val_split(data)))
-    model = GPT(CPU_RECIPE.gpt_config(tokenizer.vocab_size))
-
-    def batches(split: str, generator: torch.Generator):
-        return get_batch(splits[split], CPU_RECIPE.batch_size, CPU_RECIPE.context, generator)
-
+    """Tokens per second of the full training loop (tfcourse.training.loop) on the CPU recipe."""
+    corpus = char_corpus(text)
+    model = GPT(CPU_RECIPE.gpt_config(corpus.tokenizer.vocab_size))
+    batches = corpus.batches(CPU_RECIPE.batch_size, CPU_RECIPE.context)
     config = dataclasses.replace(CPU_RECIPE.train, max_steps=steps, warmup_steps=min(100, steps),
                                  eval_interval=steps, eval_steps=5, device="cpu", progress=False)
     history = train(model, batches, config)

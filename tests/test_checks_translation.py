@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tfcourse import decoding, translation
+from tfcourse import decoding
+from tfcourse.training import translation
 from tfcourse.attention import causal_mask, padding_mask
 from tfcourse.checks.core import CheckFailed, OffLimitsError
 from tfcourse.checks.translation import check_encoder_decoder_forward, check_greedy_decode, check_shift_target

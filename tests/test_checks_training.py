@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import tfcourse.data
-import tfcourse.train
+import tfcourse.training.loop
 from tfcourse.checks.core import CheckFailed, OffLimitsError
 from tfcourse.checks.training import check_estimate_loss, check_get_batch, check_lr_schedule, check_train_step
 from check_helpers import assert_passes, stub
@@ -162,7 +162,7 @@ def no_warmup_at_all(step, c):
 
 
 def calls_the_reference_lr(step, config):
-    return tfcourse.train.lr_at(step, config)
+    return tfcourse.training.loop.lr_at(step, config)
 
 
 def uses_torch_scheduler(step, config):
@@ -216,7 +216,7 @@ def test_lr_schedule_returning_text_is_refused():
 
 
 @pytest.mark.parametrize(("learner", "name"), [
-    (calls_the_reference_lr, "tfcourse.train.lr_at"),
+    (calls_the_reference_lr, "tfcourse.training.loop.lr_at"),
     (uses_torch_scheduler, "CosineAnnealingLR"),
 ])
 def test_lr_schedule_answers_are_off_limits(learner, name):
@@ -345,13 +345,13 @@ def no_step(model, batch, optimizer, grad_clip):
 
 
 def calls_the_reference_step(model, batch, optimizer, grad_clip):
-    config = tfcourse.train.TrainConfig(grad_clip=grad_clip, amp=False)
+    config = tfcourse.training.loop.TrainConfig(grad_clip=grad_clip, amp=False)
     scaler = torch.amp.GradScaler("cpu", enabled=False)
-    return tfcourse.train.train_step(model, batch, optimizer, scaler, config)
+    return tfcourse.training.loop.train_step(model, batch, optimizer, scaler, config)
 
 
 def uses_default_loss(model, batch, optimizer, grad_clip):
-    loss = tfcourse.train.default_loss(model, *batch)
+    loss = tfcourse.training.loop.default_loss(model, *batch)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
     optimizer.step()
@@ -384,8 +384,8 @@ def test_train_step_mistakes_are_named(learner, message):
 
 
 @pytest.mark.parametrize(("learner", "name"), [
-    (calls_the_reference_step, "tfcourse.train.train_step"),
-    (uses_default_loss, "tfcourse.train.default_loss"),
+    (calls_the_reference_step, "tfcourse.training.loop.train_step"),
+    (uses_default_loss, "tfcourse.training.loop.default_loss"),
 ])
 def test_train_step_answers_are_off_limits(learner, name):
     with pytest.raises(OffLimitsError, match=name):
@@ -451,8 +451,8 @@ def last_batch_only(model, batches):
 
 def calls_the_reference_estimate(model, batches):
     iterator = iter(batches * 2)
-    losses = tfcourse.train.estimate_loss(model, lambda split, g: next(iterator), len(batches),
-                                          tfcourse.train.default_loss, torch.device("cpu"))
+    losses = tfcourse.training.loop.estimate_loss(model, lambda split, g: next(iterator), len(batches),
+                                          tfcourse.training.loop.default_loss, torch.device("cpu"))
     return losses["val"]
 
 
@@ -474,5 +474,5 @@ def test_estimate_loss_mistakes_are_named(learner, message):
 
 
 def test_estimate_loss_reference_is_off_limits():
-    with pytest.raises(OffLimitsError, match="tfcourse.train.estimate_loss"):
+    with pytest.raises(OffLimitsError, match="tfcourse.training.loop.estimate_loss"):
         check_estimate_loss(calls_the_reference_estimate)

@@ -29,6 +29,8 @@ from tqdm.auto import tqdm
 GetBatch = Callable[[str, torch.Generator], tuple[torch.Tensor, torch.Tensor]]
 # loss_fn(model, x, y) -> scalar loss tensor.
 LossFn = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
+# on_step(step, history): called after every optimizer step (timing, logging, early stopping...).
+StepHook = Callable[[int, dict[str, Any]], None]
 
 # What save_checkpoint writes; load_checkpoint reads the same keys back.
 CHECKPOINT_KEYS = (
@@ -448,13 +450,15 @@ def train(
     config: TrainConfig,
     loss_fn: LossFn = default_loss,
     resume: bool = False,
+    on_step: StepHook | None = None,
 ) -> dict[str, Any]:
     """Train `model` on batches from `get_batch(split, generator)`; returns the history.
 
     `get_batch` must draw its randomness from `generator` only: that makes the data order
     repeatable and lets a resumed run continue it. With `resume=True`, training continues
     from `config.checkpoint_path` if that file exists (and starts fresh if not), giving
-    exactly the run that would have happened without the interruption.
+    exactly the run that would have happened without the interruption. `on_step(step, history)`,
+    if given, is called after every optimizer step.
     """
     if resume and config.checkpoint_path is None:
         raise ValueError("resume=True needs config.checkpoint_path: where is the checkpoint?")
@@ -523,6 +527,8 @@ def train(
                 )
             progress.set_postfix(postfix, refresh=False)  # drawn by update(), at tqdm's pace
             progress.update(1)
+            if on_step is not None:
+                on_step(step, history)
 
     history["seconds"] = time.perf_counter() - started
     history["tokens_per_sec"] = tokens_trained / train_seconds if train_seconds else 0.0

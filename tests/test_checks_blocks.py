@@ -477,10 +477,10 @@ def make_encoder(run="all", final_norm=True, pass_mask=True, shared=False, post_
         def __init__(self, n_layers, d_model, n_heads, d_ff=None, dropout=0.1, norm_first=False):
             super().__init__()
             if shared:
-                layer = blocks.EncoderLayer(d_model, n_heads, d_ff, dropout, norm_first)
+                layer = blocks.EncoderLayer(d_model, n_heads, d_ff, dropout=dropout, norm_first=norm_first)
                 self.layers = nn.ModuleList([layer] * n_layers)
             else:
-                layers = [blocks.EncoderLayer(d_model, n_heads, d_ff, dropout, norm_first) for _ in range(n_layers)]
+                layers = [blocks.EncoderLayer(d_model, n_heads, d_ff, dropout=dropout, norm_first=norm_first) for _ in range(n_layers)]
                 self.layers = layers if plain_list else nn.ModuleList(layers)
             with_norm = norm_first or post_norm
             self.norm = blocks.LayerNorm(d_model) if with_norm and final_norm else nn.Identity()
@@ -545,7 +545,7 @@ def test_encoder_off_limits_and_stub():
     class UsesTorch(nn.Module):
         def __init__(self, n_layers, d_model, n_heads, d_ff=None, dropout=0.1, norm_first=False):
             super().__init__()
-            layer = blocks.EncoderLayer(d_model, n_heads, d_ff, dropout, norm_first)
+            layer = blocks.EncoderLayer(d_model, n_heads, d_ff, dropout=dropout, norm_first=norm_first)
             self.inner = nn.TransformerEncoder(layer, n_layers, enable_nested_tensor=False)
 
     fails(check_encoder, UsesTorch, "`torch.nn.TransformerEncoder` is off-limits", error=OffLimitsError)
@@ -621,7 +621,7 @@ def test_shape_table_structure_off_limits_and_stub():
     fails(check_shape_table, missing, "your table lacks the stages ['probs']")
     fails(check_shape_table, lambda *args: {**right_table(*args), "extra": (1,)}, "unknown stages ['extra']")
     fails(check_shape_table, lambda *args: list(right_table(*args).items()), "return a dict")
-    fails(check_shape_table, lambda *args: trace_shapes(*args), "`tfcourse.checks.blocks.trace_shapes` is off-limits",
+    fails(check_shape_table, lambda *args: trace_shapes(*args), "`tfcourse.models.trace_shapes` is off-limits",
           error=OffLimitsError)
 
     def stub(*args):

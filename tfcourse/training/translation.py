@@ -18,12 +18,12 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .data import make_translation_pairs, split_translation_pairs
-from .decoding import translate, translate_beam
-from .models import Transformer, TransformerConfig
-from .output import cross_entropy
-from .tokenizers import WordTokenizer
-from .train import TrainConfig, train
+from ..data.en_fr import make_translation_pairs, split_translation_pairs
+from ..decoding import translate, translate_beam
+from ..models import Transformer, TransformerConfig
+from ..output import cross_entropy
+from ..tokenizers import WordTokenizer
+from ..training.loop import TrainConfig, train
 
 IGNORE_INDEX = -100  # label value that cross_entropy skips: padding is not a word to predict
 
@@ -82,7 +82,7 @@ def shift_target(tgt: Tensor, bos_id: int, eos_id: int, pad_id: int,
 
 
 def make_loss_fn(source_vocab: WordTokenizer, target_vocab: WordTokenizer, label_smoothing: float = 0.1):
-    """loss_fn(model, src, tgt) for tfcourse.train.train: shift, predict, smoothed cross-entropy."""
+    """loss_fn(model, src, tgt) for tfcourse.training.loop.train: shift, predict, smoothed cross-entropy."""
 
     def loss_fn(model: Transformer, src: Tensor, tgt: Tensor) -> Tensor:
         decoder_input, labels = shift_target(tgt, target_vocab.bos_id, target_vocab.eos_id, target_vocab.pad_id)
@@ -93,7 +93,7 @@ def make_loss_fn(source_vocab: WordTokenizer, target_vocab: WordTokenizer, label
 
 
 def make_get_batch(splits: dict[str, tuple[Tensor, Tensor]], batch_size: int):
-    """get_batch(split, generator) for tfcourse.train.train: random sentence pairs of one split."""
+    """get_batch(split, generator) for tfcourse.training.loop.train: random sentence pairs of one split."""
 
     def get_batch(split: str, generator: torch.Generator) -> tuple[Tensor, Tensor]:
         src, tgt = splits[split]

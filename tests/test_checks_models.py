@@ -136,9 +136,9 @@ class MiniGPT(nn.Module):
     def __init__(self, config, mask="causal", softmax=False, tie=True, skip_blocks=False, bias=False):
         super().__init__()
         c = config
-        self.embed = InputEmbedding(c.vocab_size, c.d_model, c.max_len, c.dropout, c.positional,
+        self.embed = InputEmbedding(c.vocab_size, c.d_model, c.max_len, c.dropout, positional=c.positional,
                                     scale=c.scale_embedding)
-        self.blocks = Encoder(c.n_layers, c.d_model, c.n_heads, c.d_ff, c.dropout, c.norm_first, c.activation)
+        self.blocks = Encoder(c.n_layers, c.d_model, c.n_heads, c.d_ff, dropout=c.dropout, norm_first=c.norm_first, activation=c.activation)
         self.output = nn.Linear(c.d_model, c.vocab_size, bias=bias)
         if c.tie_weights and tie:
             self.output.weight = self.embed.token.weight

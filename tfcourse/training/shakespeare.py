@@ -1,0 +1,257 @@
+"""Train a character-level GPT on Tiny Shakespeare end to end: `python -m tfcourse.training.shakespeare`.
+
+    python -m tfcourse.training.shakespeare                    # the recipe for this computer's device
+    python -m tfcourse.training.shakespeare --recipe gpu --out runs/gpu
+    python -m tfcourse.training.shakespeare --recipe cpu --steps 20
+
+Picks a recipe (tfcourse.training.recipes: GPU_RECIPE on CUDA, CPU_RECIPE elsewhere), trains it with
+tfcourse.training.loop (AdamW, warm-up + cosine, clipping; on CUDA bf16 autocast, TF32 matmuls, torch's
+fused attention kernel and, by default, torch.compile), then prints the final validation loss,
+the wall time, the throughput in tokens/s and the model FLOPs utilisation (MFU):
+
+    MFU = (6 N + 12 L d T) x tokens/s / peak FLOP/s
+
+N: parameters (without the position table, which is only looked up); 6 N: the forward and
+backward matrix multiplications per token; 12 L d T: the attention scores and their weighted sum
+(L layers, width d, context T). The peak is `--peak-tflops`, by default 989 TFLOP/s, the dense
+bf16 peak of an H100/H200-class GPU (an A100 has 312). On a CPU, MFU is printed only when you
+give its peak. With `--out DIR` the checkpoint (DIR/checkpoint.pt, resumable with `--resume`)
+and the history and figures (DIR/history.json) are written there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..data import CharCorpus, DatasetUnavailableError, char_corpus
+from ..decoding import generate
+from ..models import GPT, GPTConfig, count_parameters
+from .recipes import RECIPES, Recipe, recipe_for
+from ..tokenizers import CharTokenizer
+from .loop import amp_dtype, pick_device, train
+
+# Dense bf16 peak of an H100 SXM / H200 (989.4 TFLOP/s; twice that is quoted with sparsity).
+DEFAULT_PEAK_TFLOPS = 989.0
+
+
+def non_embedding_parameters(model: nn.Module) -> int:
+    """Parameters that take part in matrix multiplications: all but the position table.
+
+    The token table counts: with tied weights it is also the output layer.
+    """
+    positions = sum(p.numel() for name, p in model.named_parameters() if "position" in name)
+    return count_parameters(model) - positions
+
+
+def flops_per_token(n_params: int, config: GPTConfig) -> float:
+    """Training FLOPs per token: 6 N for the weights (2 forward, 4 backward) plus attention.
+
+    Attention adds, per layer and token, 2 T d multiply-adds for the scores QK^T and as many for
+    the weighted sum of V: 12 L d T with the backward pass. The causal mask skips half of them
+    in a fused kernel, but the convention (PaLM, nanoGPT) counts them all.
+    """
+    return 6 * n_params + 12 * config.n_layers * config.d_model * config.max_len
+
+
+def model_flops_utilisation(tokens_per_sec: float, n_params: int, config: GPTConfig,
+                            peak_tflops: float) -> float:
+    """The fraction of the hardware's peak that the model's own arithmetic uses."""
+    return flops_per_token(n_params, config) * tokens_per_sec / (peak_tflops * 1e12)
+
+
+class StepTimer:
+    """A step hook for train(): records when each training step ends.
+
+    Intervals between steps give the steady-state speed: their median ignores the slow first
+    steps (torch.compile, CUDA warm-up) and the steps that also ran an evaluation.
+    """
+
+    def __init__(self) -> None:
+        self.ends: list[float] = []
+
+    def __call__(self, step: int, history: dict[str, Any]) -> None:
+        self.ends.append(time.perf_counter())
+
+    def median_step_seconds(self) -> float | None:
+        gaps = [b - a for a, b in zip(self.ends, self.ends[1:])]
+        return statistics.median(gaps) if len(gaps) >= 2 else None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m tfcourse.training.shakespeare",
+                                     description=__doc__.split("\n")[0])
+    parser.add_argument("--recipe", choices=sorted(RECIPES),
+                        help="gpu or cpu (default: gpu on CUDA, cpu elsewhere)")
+    parser.add_argument("--steps", type=int, help="optimizer steps (default: the recipe's)")
+    parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                        help="torch.compile the model (default: on for CUDA, off elsewhere)")
+    parser.add_argument("--out", type=Path, help="folder for checkpoint.pt and history.json")
+    parser.add_argument("--resume", action="store_true", help="continue from --out's checkpoint")
+    parser.add_argument("--peak-tflops", type=float,
+                        help=f"the device's peak FLOP/s in TFLOP/s, for MFU (default on CUDA: "
+                             f"{DEFAULT_PEAK_TFLOPS:g}, an H100/H200's dense bf16 peak; A100: 312)")
+    parser.add_argument("--device", help="cuda, cpu, mps... (default: the fastest available)")
+    parser.add_argument("--eval-steps", type=int, help="batches per loss estimate (default: the recipe's)")
+    parser.add_argument("--data", type=Path,
+                        help="train on this text file instead of Tiny Shakespeare")
+    parser.add_argument("--seed", type=int, default=1337, help="seed of the run (default 1337)")
+    parser.add_argument("--sample-chars", type=int, default=300,
+                        help="characters to sample after training (0: none)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    return parser
+
+
+def configure(args: argparse.Namespace, device: torch.device) -> Recipe:
+    """The recipe with the command line's changes applied."""
+    recipe = RECIPES[args.recipe] if args.recipe else recipe_for(device)
+    if args.steps is not None:
+        recipe = recipe.replace(steps=args.steps)
+    changes: dict[str, Any] = {
+        "device": str(device),
+        "compile": device.type == "cuda" if args.compile is None else args.compile,
+        "progress": not args.quiet,
+        "seed": args.seed,
+    }
+    if args.eval_steps is not None:
+        changes["eval_steps"] = args.eval_steps
+    if args.out is not None:
+        changes["checkpoint_path"] = str(args.out / "checkpoint.pt")
+        changes["checkpoint_interval"] = max(recipe.train.max_steps // 5, 1)
+    return recipe.replace(**changes)
+
+
+def load_corpus(path: Path | None) -> CharCorpus:
+    """The text of --data, or Tiny Shakespeare, encoded character by character."""
+    return char_corpus(path.read_text(encoding="utf-8") if path else None)
+
+
+def build_model(recipe: Recipe, vocab_size: int, seed: int) -> GPT:
+    torch.manual_seed(seed)  # the initial weights
+    return GPT(recipe.gpt_config(vocab_size))
+
+
+def describe_run(recipe: Recipe, corpus: CharCorpus, n_params: int, device: torch.device) -> str:
+    precision = amp_dtype(device, recipe.train.amp)
+    return (f"{recipe.summary()}\n"
+            f"{len(corpus.text):,} characters, vocabulary {corpus.tokenizer.vocab_size}; "
+            f"{n_params / 1e6:.2f}M parameters (without the position table); device {device}, "
+            f"{'fp32' if precision is None else str(precision).replace('torch.', '') + ' autocast'}, "
+            f"compile {'on' if recipe.train.compile else 'off'}")
+
+
+def measure(history: dict[str, Any], timer: StepTimer, model: GPT, recipe: Recipe, n_params: int,
+            peak: float | None, total_seconds: float) -> dict[str, Any]:
+    """The run's figures: losses, times, steady tokens/s, TFLOP/s and MFU (None where not measured)."""
+    step_seconds = timer.median_step_seconds()
+    steady = recipe.tokens_per_step / step_seconds if step_seconds else history["tokens_per_sec"]
+    achieved_tflops = flops_per_token(n_params, model.config) * steady / 1e12
+    figures = {
+        "val_loss": history["val_loss"][-1],
+        "train_loss": history["eval_train_loss"][-1],
+        "steps": history["step"][-1] if history["step"] else 0,
+        "train_seconds": history["seconds"],
+        "total_seconds": total_seconds,
+        "tokens_per_sec": steady,
+        "tokens_per_sec_all_steps": history["tokens_per_sec"],
+        "flops_per_token": flops_per_token(n_params, model.config),
+        "achieved_tflops": achieved_tflops,
+        "peak_tflops": peak,
+        "mfu": achieved_tflops / peak if peak else None,
+    }
+    if not timer.ends:  # a finished checkpoint: this call measured no speed
+        figures.update(tokens_per_sec=None, tokens_per_sec_all_steps=None, achieved_tflops=None, mfu=None)
+    return figures
+
+
+def report(figures: dict[str, Any], peak_is_default: bool) -> str:
+    lines = [f"final val loss {figures['val_loss']:.4f} (train {figures['train_loss']:.4f}) "
+             f"after {figures['steps']:,} steps",
+             f"wall time {figures['train_seconds']:.1f} s training and evaluation, "
+             f"{figures['total_seconds']:.1f} s in all"]
+    if figures["tokens_per_sec"] is None:
+        lines.append(f"nothing left to train: the checkpoint had finished its {figures['steps']:,} steps")
+        return "\n".join(lines)
+    lines.append(f"tokens/s {figures['tokens_per_sec']:,.0f} (steady state: median step); "
+                 f"{figures['tokens_per_sec_all_steps']:,.0f} over all steps, first ones included")
+    achieved, peak = figures["achieved_tflops"], figures["peak_tflops"]
+    if peak:
+        lines.append(f"MFU {100 * figures['mfu']:.1f}% = {achieved:.3g} TFLOP/s of a {peak:g} TFLOP/s peak"
+                     + (" (default: H100/H200-class dense bf16; set --peak-tflops for another GPU)"
+                        if peak_is_default else ""))
+    else:
+        lines.append(f"MFU n/a: achieved {achieved:.3g} TFLOP/s; pass --peak-tflops with this "
+                     f"device's peak to get the utilisation")
+    return "\n".join(lines)
+
+
+def sample_text(model: GPT, corpus: CharCorpus, n_chars: int, seed: int, device: torch.device) -> str:
+    tokenizer = corpus.tokenizer
+    start = "\n" if "\n" in tokenizer.stoi else corpus.text[0]  # a new line, as the plays' speeches begin
+    prompt = torch.tensor([tokenizer.encode(start)], device=device)
+    sample = generate(model, prompt, n_chars, temperature=0.8, top_k=40, use_cache=False,
+                      generator=torch.Generator(device=device).manual_seed(seed))
+    return tokenizer.decode(sample[0].tolist())
+
+
+def save_record(out: Path, recipe: Recipe, model: GPT, tokenizer: CharTokenizer, figures: dict[str, Any],
+                history: dict[str, Any]) -> Path:
+    """history.json beside the checkpoint: the recipe, the vocabulary, the figures and the curves."""
+    out.mkdir(parents=True, exist_ok=True)
+    record = {"recipe": {"name": recipe.name, "batch_size": recipe.batch_size,
+                         "model": dataclasses.asdict(model.config),
+                         "train": dataclasses.asdict(recipe.train)},
+              "vocabulary": tokenizer.itos, "figures": figures, "history": history}
+    path = out / "history.json"
+    path.write_text(json.dumps(record, indent=1), encoding="utf-8")
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.resume and args.out is None:
+        parser.error("--resume needs --out: the folder that holds the checkpoint")
+    started = time.perf_counter()
+    device = pick_device(args.device)
+    recipe = configure(args, device)
+    if device.type == "cuda":
+        # fp32 matmuls (outside autocast) may use TF32 tensor cores: ~10 bits of mantissa is plenty.
+        torch.set_float32_matmul_precision("high")
+    try:
+        corpus = load_corpus(args.data)
+    except DatasetUnavailableError as error:  # offline without a copy: say where to put one
+        print(error, file=sys.stderr)
+        return 1
+
+    model = build_model(recipe, corpus.tokenizer.vocab_size, args.seed)
+    n_params = non_embedding_parameters(model)
+    print(describe_run(recipe, corpus, n_params, device))
+    timer = StepTimer()
+    history = train(model, corpus.batches(recipe.batch_size, recipe.context), recipe.train,
+                    resume=args.resume, on_step=timer)
+
+    peak = args.peak_tflops if args.peak_tflops is not None else (
+        DEFAULT_PEAK_TFLOPS if device.type == "cuda" else None)
+    figures = measure(history, timer, model, recipe, n_params, peak, time.perf_counter() - started)
+    print(report(figures, peak_is_default=args.peak_tflops is None))
+    if args.sample_chars > 0:
+        print("sample (temperature 0.8, top-k 40):\n" + sample_text(model, corpus, args.sample_chars,
+                                                                     args.seed, device))
+    if args.out is not None:
+        path = save_record(args.out, recipe, model, corpus.tokenizer, figures, history)
+        print(f"wrote {args.out / 'checkpoint.pt'} and {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
