@@ -389,20 +389,24 @@ def _std(t: torch.Tensor) -> float:
     return t.detach().float().std().item()
 
 
-def test_gpt_init_is_gpt2s():
+def test_gpt_init_is_fan_in_with_gpt2s_residual_scaling():
     torch.manual_seed(0)
     n_layers = 4
     model = GPT(GPTConfig(vocab_size=500, d_model=256, n_heads=4, n_layers=n_layers))
-    residual = 0.02 / math.sqrt(2 * n_layers)
-    for name, p in model.named_parameters():
-        if name.endswith(("self_attn.w_o.weight", "ffn.linear2.weight")):
-            assert _std(p) == pytest.approx(residual, rel=0.05), name
-        elif name.endswith("weight") and p.dim() == 2:  # every other matrix, the token and position tables
-            assert _std(p) == pytest.approx(0.02, rel=0.05), name
-        elif name.endswith("bias") and "norm" not in name:
-            assert torch.all(p == 0), name
+    residual_scale = 1 / math.sqrt(2 * n_layers)
+    for name, module in model.named_modules():
+        if isinstance(module, nn.Linear) and module is not model.output:
+            std = module.in_features ** -0.5
+            if name.endswith(("self_attn.w_o", "ffn.linear2")):
+                std *= residual_scale
+            assert _std(module.weight) == pytest.approx(std, rel=0.05), name
+            assert module.bias is None or torch.all(module.bias == 0), name
+    for table in (model.embed.token.weight, model.embed.position.weight, model.output.weight):
+        assert _std(table) == pytest.approx(0.02, rel=0.05)
     for norm in (m for m in model.modules() if isinstance(m, LayerNorm)):
         assert torch.all(norm.weight == 1) and torch.all(norm.bias == 0)
+    untied = GPT(GPTConfig(vocab_size=500, d_model=256, n_heads=4, n_layers=1, tie_weights=False))
+    assert _std(untied.output.weight) == pytest.approx(0.02, rel=0.05)
 
 
 def test_transformer_init_is_xavier_with_scaled_token_tables():
