@@ -63,15 +63,22 @@ def sublayer_connection(x: Tensor, sublayer: Callable[[Tensor], Tensor], norm: n
 
 class EncoderLayer(nn.Module):
     """Self-attention -> FFN, each with residual + LayerNorm. With a causal mask this is also the
-    GPT block: the three families differ by mask, not by block."""
+    GPT block: the three families differ by mask, not by block.
+
+    `attention`, `feed_forward` and `norm` are the classes of the parts (the course swaps in the
+    learner's own); each is called with the reference's arguments.
+    """
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int | None = None, *, dropout: float = 0.1,
-                 norm_first: bool = False, activation: str = "relu", fused: bool = False):
+                 norm_first: bool = False, activation: str = "relu", fused: bool = False,
+                 attention: Callable[..., nn.Module] = MultiHeadAttention,
+                 feed_forward: Callable[..., nn.Module] = PositionwiseFeedForward,
+                 norm: Callable[..., nn.Module] = LayerNorm):
         super().__init__()
         self.norm_first = norm_first
-        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout, fused=fused)
-        self.ffn = PositionwiseFeedForward(d_model, d_ff, dropout, activation=activation)
-        self.norm1, self.norm2 = LayerNorm(d_model), LayerNorm(d_model)
+        self.self_attn = attention(d_model, n_heads, dropout, fused=fused)
+        self.ffn = feed_forward(d_model, d_ff, dropout, activation=activation)
+        self.norm1, self.norm2 = norm(d_model), norm(d_model)
         self.dropout1, self.dropout2 = nn.Dropout(dropout), nn.Dropout(dropout)
 
     def forward(self, x: Tensor, mask: Tensor | None = None, cache: KVCache | None = None) -> Tensor:
@@ -95,16 +102,19 @@ class DecoderLayerCache:
 
 class DecoderLayer(nn.Module):
     """Masked self-attention -> cross-attention (Q from the decoder, K and V from the encoder
-    output H) -> FFN, each with residual + LayerNorm."""
+    output H) -> FFN, each with residual + LayerNorm. The part classes as in EncoderLayer."""
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int | None = None, *, dropout: float = 0.1,
-                 norm_first: bool = False, activation: str = "relu", fused: bool = False):
+                 norm_first: bool = False, activation: str = "relu", fused: bool = False,
+                 attention: Callable[..., nn.Module] = MultiHeadAttention,
+                 feed_forward: Callable[..., nn.Module] = PositionwiseFeedForward,
+                 norm: Callable[..., nn.Module] = LayerNorm):
         super().__init__()
         self.norm_first = norm_first
-        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout, fused=fused)
-        self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout, fused=fused)
-        self.ffn = PositionwiseFeedForward(d_model, d_ff, dropout, activation=activation)
-        self.norm1, self.norm2, self.norm3 = LayerNorm(d_model), LayerNorm(d_model), LayerNorm(d_model)
+        self.self_attn = attention(d_model, n_heads, dropout, fused=fused)
+        self.cross_attn = attention(d_model, n_heads, dropout, fused=fused)
+        self.ffn = feed_forward(d_model, d_ff, dropout, activation=activation)
+        self.norm1, self.norm2, self.norm3 = norm(d_model), norm(d_model), norm(d_model)
         self.dropout1, self.dropout2, self.dropout3 = nn.Dropout(dropout), nn.Dropout(dropout), nn.Dropout(dropout)
 
     def forward(self, x: Tensor, memory: Tensor, self_mask: Tensor | None = None,
@@ -126,22 +136,25 @@ class DecoderLayer(nn.Module):
         return sublayer_connection(x, feed_forward, self.norm3, self.norm_first)
 
 
-def _final_norm(norm_first: bool, d_model: int) -> nn.Module:
+def _final_norm(norm_first: bool, d_model: int, norm: Callable[..., nn.Module] = LayerNorm) -> nn.Module:
     # Pre-LN leaves the residual stream un-normalised, so the stack ends with one LayerNorm.
-    return LayerNorm(d_model) if norm_first else nn.Identity()
+    return norm(d_model) if norm_first else nn.Identity()
 
 
 class Encoder(nn.Module):
     """N encoder layers, each with its own freshly initialised weights. (B, T, d_model) in and out.
 
-    `layer_options` (dropout, norm_first, activation, fused) go unchanged to every EncoderLayer,
-    so an option set once reaches every layer; norm_first also decides the final LayerNorm.
+    `layer_options` (dropout, norm_first, activation, fused) go unchanged to every layer, so an
+    option set once reaches every layer; norm_first also decides the final LayerNorm. `layer` is
+    the class to stack and `norm` the final LayerNorm's class (the course swaps in the learner's).
     """
 
-    def __init__(self, n_layers: int, d_model: int, n_heads: int, d_ff: int | None = None, **layer_options: Any):
+    def __init__(self, n_layers: int, d_model: int, n_heads: int, d_ff: int | None = None, *,
+                 layer: Callable[..., nn.Module] = EncoderLayer, norm: Callable[..., nn.Module] = LayerNorm,
+                 **layer_options: Any):
         super().__init__()
-        self.layers = nn.ModuleList(EncoderLayer(d_model, n_heads, d_ff, **layer_options) for _ in range(n_layers))
-        self.norm = _final_norm(layer_options.get("norm_first", False), d_model)
+        self.layers = nn.ModuleList(layer(d_model, n_heads, d_ff, **layer_options) for _ in range(n_layers))
+        self.norm = _final_norm(layer_options.get("norm_first", False), d_model, norm)
 
     def forward(self, x: Tensor, mask: Tensor | None = None, caches: list[KVCache] | None = None) -> Tensor:
         expect_tensor(x, "x", ndim=3, expected="(B, T, d_model)")
@@ -153,13 +166,16 @@ class Encoder(nn.Module):
 class Decoder(nn.Module):
     """N decoder layers, each attending to the same encoder output `memory`.
 
-    `layer_options` (dropout, norm_first, activation, fused) go unchanged to every DecoderLayer.
+    `layer_options` (dropout, norm_first, activation, fused) go unchanged to every layer; `layer`
+    and `norm` as in Encoder.
     """
 
-    def __init__(self, n_layers: int, d_model: int, n_heads: int, d_ff: int | None = None, **layer_options: Any):
+    def __init__(self, n_layers: int, d_model: int, n_heads: int, d_ff: int | None = None, *,
+                 layer: Callable[..., nn.Module] = DecoderLayer, norm: Callable[..., nn.Module] = LayerNorm,
+                 **layer_options: Any):
         super().__init__()
-        self.layers = nn.ModuleList(DecoderLayer(d_model, n_heads, d_ff, **layer_options) for _ in range(n_layers))
-        self.norm = _final_norm(layer_options.get("norm_first", False), d_model)
+        self.layers = nn.ModuleList(layer(d_model, n_heads, d_ff, **layer_options) for _ in range(n_layers))
+        self.norm = _final_norm(layer_options.get("norm_first", False), d_model, norm)
 
     def forward(self, x: Tensor, memory: Tensor, self_mask: Tensor | None = None,
                 memory_mask: Tensor | None = None, caches: list[DecoderLayerCache] | None = None) -> Tensor:

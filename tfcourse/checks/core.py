@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 
 class CheckFailed(AssertionError):
@@ -102,6 +102,59 @@ def call_learner(what: str, fn: Callable, *args: Any, **kwargs: Any) -> Any:
         raise CheckFailed(f"{what}: your code called sys.exit({exit_.code}); return a value instead") from None
     except Exception as error:  # noqa: BLE001 - any learner error becomes one clear line
         raise CheckFailed(f"{what}: your code raised {type(error).__name__}: {error}") from error
+
+
+# ----------------------------------------------------------------------------------------------
+# Device and dtype: a module that passes on the CPU must also run on a GPU
+# ----------------------------------------------------------------------------------------------
+
+
+def unregistered_tensors(module: nn.Module) -> list[str]:
+    """Tensor attributes that .to(device) would leave behind: neither parameters nor buffers."""
+    found = []
+    for prefix, submodule in module.named_modules():
+        for name, value in vars(submodule).items():
+            if isinstance(value, Tensor) and not name.startswith("_"):
+                found.append(f"{prefix}.{name}" if prefix else name)
+    return found
+
+
+def _to(value: Any, **kwargs: Any) -> Any:
+    if isinstance(value, Tensor) and value.is_floating_point():
+        return value.to(**kwargs)
+    return value.to(kwargs["device"]) if isinstance(value, Tensor) and "device" in kwargs else value
+
+
+def expect_portable(what: str, module: nn.Module, inputs: Sequence[Any]) -> None:
+    """The learner's module works on any device and dtype, as a GPU run needs: `.to()` moves every
+    tensor it holds, its forward creates no tensor on the CPU, and its output follows the input's
+    dtype. Tested on the CPU: `.to(torch.float64)`, and `.to("meta")` (a device with no data, where
+    mixing in a CPU tensor raises). `module` is a fresh instance; it is moved, so do not reuse it."""
+    stray = unregistered_tensors(module)
+    if stray:
+        raise CheckFailed(
+            f"{what}: self.{stray[0]} is a plain tensor attribute, which .to(device) does not move to the GPU; "
+            f"register it with self.register_buffer({stray[0].rpartition('.')[2]!r}, tensor), or make it an nn.Parameter"
+        )
+    module.eval()
+    with torch.no_grad():
+        output = call_learner(f"{what} in float64", module.to(torch.float64),
+                              *[_to(x, dtype=torch.float64) for x in inputs])
+        out = output[0] if isinstance(output, tuple) else output
+        if isinstance(out, Tensor) and out.is_floating_point() and out.dtype != torch.float64:
+            raise CheckFailed(f"{what}: after .to(torch.float64) with float64 input your output is {out.dtype}; "
+                              "let the dtype follow the input (no .float() or dtype=torch.float32 inside forward)")
+        try:
+            module.to("meta")(*[_to(x, device="meta") for x in inputs])
+        except (NotImplementedError, CheckFailed):
+            return  # an operation without a meta version: nothing more to learn here
+        except RuntimeError as error:
+            if "device" not in str(error):
+                return
+            raise CheckFailed(
+                f"{what}: your forward creates a tensor on the CPU, so on a GPU it fails with a device "
+                f"mismatch; create it where the input is, e.g. torch.arange(T, device=x.device)"
+            ) from None
 
 
 # ----------------------------------------------------------------------------------------------

@@ -1,0 +1,154 @@
+"""The learner's own Transformer: components taken from the lesson notebooks (here the solutions),
+assembled into the reference GPT and encoder-decoder, equal the reference with copied weights, train
+the same, generate with a cache, and fall back to the reference only where a component is not ready."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+
+from tfcourse.course.assemble import REFERENCE, reference_parts, your_gpt_config, your_parts, your_transformer_config
+from tfcourse.data import get_batch
+from tfcourse.decoding import generate, translate
+from tfcourse.models import GPT, Transformer
+from tfcourse.training import TrainConfig, train
+
+ROOT = Path(__file__).resolve().parents[1]
+SOLUTIONS = ROOT / "solutions"
+MODEL_PARTS = ("input layer", "multi-head attention", "feed-forward network", "LayerNorm", "encoder layer",
+               "decoder layer", "encoder stack")
+
+
+@pytest.fixture(scope="module")
+def parts():
+    return your_parts(SOLUTIONS)
+
+
+def _copy_into_reference(mine: torch.nn.Module, reference: torch.nn.Module) -> None:
+    """The learner's weights into the reference; every parameter of the reference must be set."""
+    result = reference.load_state_dict(mine.state_dict(), strict=False)
+    assert result.missing_keys == [], f"the assembled model lacks {result.missing_keys}"
+    assert all(key.endswith(".pe") for key in result.unexpected_keys), result.unexpected_keys  # the sin/cos table
+
+
+def test_every_solution_component_is_taken_from_its_notebook(parts):
+    for key, origin, why in parts.rows():
+        assert origin != REFERENCE and why == "its check passed", f"{key}: {origin} ({why})"
+    table = parts.table(markdown=True)
+    assert table.count("\n") == len(parts.rows()) + 1 and "02_embeddings" in table
+
+
+@pytest.mark.parametrize("norm_first", [True, False])
+def test_the_assembled_gpt_equals_the_reference_gpt(parts, norm_first):
+    config = your_gpt_config(vocab_size=23, max_len=16, d_model=32, n_heads=4, n_layers=2, dropout=0.0,
+                             norm_first=norm_first)
+    torch.manual_seed(0)
+    mine = parts.gpt(config).eval()
+    reference = GPT(config).eval()
+    _copy_into_reference(mine, reference)
+    ids = torch.randint(0, 23, (3, 11))
+    torch.testing.assert_close(mine(ids), reference(ids), atol=1e-5, rtol=1e-5)
+    # generation through the cache: the same tokens with and without it, and as the reference's
+    prompt = ids[:, :3]
+    cached = generate(mine, prompt, 10, temperature=0, use_cache=True)
+    assert torch.equal(cached, generate(mine, prompt, 10, temperature=0, use_cache=False))
+    assert torch.equal(cached, generate(reference, prompt, 10, temperature=0, use_cache=True))
+
+
+def test_the_assembled_encoder_decoder_equals_the_reference(parts):
+    config = your_transformer_config(19, 17, d_model=32, n_heads=4, n_layers=2, dropout=0.0, max_len=40)
+    torch.manual_seed(0)
+    mine = parts.transformer(config).eval()
+    reference = Transformer(config).eval()
+    _copy_into_reference(mine, reference)
+    src = torch.randint(1, 19, (2, 7))
+    src[1, -2:] = config.pad_id  # padding in the source
+    tgt = torch.randint(1, 17, (2, 5))
+    torch.testing.assert_close(mine(src, tgt), reference(src, tgt), atol=1e-5, rtol=1e-5)
+    assert torch.equal(translate(mine, src, 1, 2, 8), translate(reference, src, 1, 2, 8))
+
+
+def test_the_assembled_gpt_trains_like_the_reference(parts):
+    """Fast mode: 30 steps from the same weights on the same batches reach the same loss."""
+    data = torch.randint(0, 13, (2000,))
+    config = your_gpt_config(vocab_size=13, max_len=16, d_model=32, n_heads=4, n_layers=2, dropout=0.0)
+    torch.manual_seed(0)
+    mine = parts.gpt(config)
+    reference = GPT(config)
+    _copy_into_reference(mine, reference)
+    settings = TrainConfig(max_steps=30, warmup_steps=5, eval_interval=30, eval_steps=2, device="cpu",
+                           progress=False, seed=0)
+
+    def batches(split, generator):
+        return get_batch(data, 8, 16, generator)
+
+    ours = train(mine, batches, settings)
+    theirs = train(reference, batches, settings)
+    assert ours["train_loss"][-1] < ours["train_loss"][0]  # it learns
+    # Same arithmetic in the same order: the curves agree to float32 rounding.
+    assert ours["val_loss"][-1] == pytest.approx(theirs["val_loss"][-1], rel=1e-4)
+
+
+def test_the_assembled_model_moves_to_any_device(parts):
+    config = your_gpt_config(vocab_size=11, max_len=8, d_model=16, n_heads=2, n_layers=1)
+    with torch.device("meta"):
+        model = parts.gpt(config)
+        logits = model(torch.zeros(1, 5, dtype=torch.long))
+    assert logits.device.type == "meta" and logits.shape == (1, 5, 11)
+
+
+def _lessons_copy(tmp_path: Path, edits: dict[str, tuple[str, str, str]]) -> Path:
+    """The solution lessons with some cells edited: {lesson: (grade_id, old, new)}."""
+    for lesson in ("02_embeddings", "03_attention", "04_ffn", "05_blocks"):
+        shutil.copytree(SOLUTIONS / lesson, tmp_path / lesson)
+    for lesson, (grade_id, old, new) in edits.items():
+        path = tmp_path / lesson / f"{lesson}.ipynb"
+        nb = nbformat.read(path, as_version=4)
+        cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
+        assert old in cell.source, f"{lesson}/{grade_id} changed: update this test"
+        cell.source = cell.source.replace(old, new)
+        nbformat.write(nb, path)
+    return tmp_path
+
+
+def test_a_failing_component_falls_back_and_the_table_says_why(tmp_path):
+    folder = _lessons_copy(tmp_path, {
+        "05_blocks": ("layer_norm_impl", "unbiased=False", "unbiased=True"),  # a wrong LayerNorm
+        "04_ffn": ("ffn_impl", "hidden = torch.relu(self.linear1(x))", "raise NotImplementedError()"),
+    })
+    parts = your_parts(folder)
+    rows = {key: (origin, why) for key, origin, why in parts.rows()}
+    assert rows["LayerNorm"][0] == REFERENCE and rows["LayerNorm"][1].startswith("fails its check: ")
+    assert rows["feed-forward network"][0] == REFERENCE and rows["feed-forward network"][1].startswith("unfinished")
+    assert rows["cross-entropy"][0] == REFERENCE and "no notebook" in rows["cross-entropy"][1]
+    for key in ("input layer", "multi-head attention", "encoder layer", "encoder stack"):
+        assert rows[key][0] != REFERENCE, key
+    # The learner's own layers are built with the reference LayerNorm and FFN in place of theirs.
+    config = your_gpt_config(vocab_size=11, max_len=8, d_model=16, n_heads=2, n_layers=2, dropout=0.0)
+    model = parts.gpt(config).eval()
+    layer = model.blocks.layers[0]
+    assert type(layer.norm1) is parts.norm() and parts.norm().__module__ == "tfcourse.blocks"
+    assert type(layer.self_attn).__mro__[1].__module__.startswith("_notebook_")  # the learner's attention
+    reference = GPT(config).eval()
+    _copy_into_reference(model, reference)
+    ids = torch.randint(0, 11, (2, 6))
+    torch.testing.assert_close(model(ids), reference(ids), atol=1e-5, rtol=1e-5)
+
+
+def test_reference_parts_build_the_reference_models():
+    parts = reference_parts()
+    config = your_gpt_config(vocab_size=11, max_len=8, d_model=16, n_heads=2, n_layers=1, dropout=0.0)
+    model = parts.gpt(config).eval()
+    reference = GPT(config).eval()
+    _copy_into_reference(model, reference)
+    ids = torch.randint(0, 11, (1, 6))
+    torch.testing.assert_close(model(ids), reference(ids))
+
+
+def test_a_config_your_parts_cannot_build_is_refused(parts):
+    with pytest.raises(ValueError, match="your FFN uses ReLU"):
+        parts.gpt(your_gpt_config(vocab_size=11, activation="gelu"))

@@ -1,0 +1,447 @@
+"""Your own Transformer: the components you wrote in lessons 02–07, put together into a GPT and an
+encoder–decoder that lessons 06, 08 and 09 build, train and decode with.
+
+    parts = your_parts()               # reads your lesson notebooks, checks each component
+    print(parts.table())               # where each component came from, and why
+    gpt = parts.gpt(your_gpt_config(vocab_size=65))
+    translator = parts.transformer(your_transformer_config(src_vocab, tgt_vocab))
+
+Each component comes from your notebook when it is finished and passes its exercise check, and
+from the `tfcourse` reference otherwise (the table says which check failed, in one line). The
+models are the reference `GPT` and `Transformer` with your parts inside, so they keep the
+reference's interface: `model(ids)`, `model(ids, caches)` for generation, `make_caches()`.
+
+Your classes are called the way the reference calls its own: small adapters (subclasses of your
+classes, so parameter names do not change) translate the arguments and let your attention serve a
+generation cache. Your `MultiHeadAttention(d_model, n_heads)` of lesson 03 has no key/value cache;
+while generating it keeps the layer's *inputs* so far and attends from the new positions to all of
+them, which gives exactly the outputs of a key/value cache, recomputing the projections of the
+earlier positions at each step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import io
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from .. import attention as reference_attention
+from .. import blocks as reference_blocks
+from .. import embedding as reference_embedding
+from .. import ffn as reference_ffn
+from .. import output as reference_output
+from ..attention import KVCache
+from ..models import GPT, GPTConfig, Transformer, TransformerConfig, init_gpt_weights, init_transformer_weights
+from .notebook_import import NotebookImportError, import_from_notebook
+
+REFERENCE = "tfcourse reference"
+
+
+@dataclass(frozen=True)
+class Component:
+    """One component the learner writes: where, under which name, and the check that judges it."""
+
+    key: str  # how the table names it
+    lesson: str  # the lesson folder, e.g. "03_attention"
+    name: str  # the class or function in that notebook
+    check: str  # "module.function" in tfcourse.checks
+    reference: Callable[[], Any]  # the tfcourse object used when the learner's is not ready
+    # Earlier components this one calls by name: judged with the references in their place, so
+    # a bug in your LayerNorm is charged to your LayerNorm, not to the layers built on it.
+    uses: tuple[str, ...] = ()
+
+
+_REFERENCES_BY_NAME: dict[str, Callable[[], Any]] = {
+    "MultiHeadAttention": lambda: reference_attention.MultiHeadAttention,
+    "PositionwiseFeedForward": lambda: reference_ffn.PositionwiseFeedForward,
+    "LayerNorm": lambda: reference_blocks.LayerNorm,
+    "sublayer_connection": lambda: reference_blocks.sublayer_connection,
+    "EncoderLayer": lambda: _called_like_yours(reference_blocks.EncoderLayer),
+}
+
+
+def _called_like_yours(layer: type, **parts: Any) -> Callable[..., nn.Module]:
+    """The reference layer, callable as the lessons' layers are: (d_model, n_heads, d_ff, dropout,
+    norm_first); `parts` (attention=..., feed_forward=..., norm=...) go to every layer built."""
+
+    def build(d_model: int, n_heads: int, d_ff: int | None = None, dropout: float = 0.1, norm_first: bool = False,
+              **options: Any) -> nn.Module:
+        return layer(d_model, n_heads, d_ff, dropout=dropout, norm_first=norm_first, **parts, **options)
+
+    return build
+_LAYER_PARTS = ("MultiHeadAttention", "PositionwiseFeedForward", "LayerNorm", "sublayer_connection")
+
+
+COMPONENTS = (
+    Component("input layer", "02_embeddings", "InputLayer", "embeddings.check_input_layer",
+              lambda: reference_embedding.InputEmbedding),
+    Component("multi-head attention", "03_attention", "MultiHeadAttention", "attention.check_multi_head_attention",
+              lambda: reference_attention.MultiHeadAttention),
+    Component("feed-forward network", "04_ffn", "FeedForward", "ffn.check_feed_forward",
+              lambda: reference_ffn.PositionwiseFeedForward),
+    Component("LayerNorm", "05_blocks", "LayerNorm", "blocks.check_layer_norm", lambda: reference_blocks.LayerNorm),
+    Component("residual + LayerNorm", "05_blocks", "sublayer_connection", "blocks.check_sublayer_connection",
+              lambda: reference_blocks.sublayer_connection),
+    Component("encoder layer", "05_blocks", "EncoderLayer", "blocks.check_encoder_layer",
+              lambda: reference_blocks.EncoderLayer, uses=_LAYER_PARTS),
+    Component("decoder layer", "05_blocks", "DecoderLayer", "blocks.check_decoder_layer",
+              lambda: reference_blocks.DecoderLayer, uses=_LAYER_PARTS),
+    Component("encoder stack", "05_blocks", "Encoder", "blocks.check_encoder", lambda: reference_blocks.Encoder,
+              uses=("EncoderLayer", "LayerNorm")),
+    Component("cross-entropy", "06_models", "cross_entropy", "models.check_cross_entropy",
+              lambda: reference_output.cross_entropy),
+    Component("cached generation", "07_decoding", "greedy_generate_cached", "models.check_cached_generation",
+              lambda: None),  # no reference: without yours, lessons use tfcourse.decoding.generate
+)
+
+
+@dataclass
+class Source:
+    """Where one component came from: the learner's notebook or the reference, and why."""
+
+    component: Component
+    obj: Any  # the learner's class/function, or the reference's
+    origin: str  # the notebook's path, or REFERENCE
+    why: str  # "its check passed", "unfinished", "fails its check: ..."
+
+    @property
+    def is_yours(self) -> bool:
+        return self.origin != REFERENCE
+
+
+def _namespace(obj: Any) -> dict[str, Any]:
+    """The global namespace `obj` looks names up in: its notebook's definitions."""
+    return (obj.__init__ if isinstance(obj, type) else obj).__globals__
+
+
+@contextlib.contextmanager
+def _names_set(namespace: dict[str, Any], values: dict[str, Any]) -> Iterator[None]:
+    missing = object()
+    saved = {name: namespace.get(name, missing) for name in values}
+    namespace.update(values)
+    try:
+        yield
+    finally:
+        for name, old in saved.items():
+            if old is missing:
+                namespace.pop(name, None)
+            else:
+                namespace[name] = old
+
+
+def _run_check(component: Component, obj: Any) -> str | None:
+    """None when `obj` passes its exercise check (the visible cases), else the check's message."""
+    from ..checks.core import CheckFailed  # the checks are course machinery, like this module
+
+    module_name, _, function = component.check.rpartition(".")
+    check = getattr(importlib.import_module(f"tfcourse.checks.{module_name}"), function)
+    references = {name: _REFERENCES_BY_NAME[name]() for name in component.uses}
+    try:
+        with _names_set(_namespace(obj), references), contextlib.redirect_stdout(io.StringIO()):
+            check(obj)  # the check's ✔ line is not news here
+    except CheckFailed as failure:
+        return str(failure).splitlines()[0]
+    except Exception as error:  # noqa: BLE001 - any crash means: not usable, say why in one line
+        return f"{type(error).__name__}: {error}"
+    return None
+
+
+def _find(component: Component, folder: Path) -> Source:
+    notebook = folder / component.lesson / f"{component.lesson}.ipynb"
+    reference = component.reference()
+    if not notebook.is_file():
+        return Source(component, reference, REFERENCE, f"no notebook at {notebook}")
+    try:
+        obj = import_from_notebook(notebook, component.name)
+    except NotebookImportError as error:
+        return Source(component, reference, REFERENCE, f"unfinished: {error}")
+    problem = _run_check(component, obj)
+    if problem is not None:
+        return Source(component, reference, REFERENCE, f"fails its check: {problem}")
+    return Source(component, obj, str(notebook), "its check passed")
+
+
+def default_folder() -> Path:
+    """The folder that holds the lesson folders: the parent of the running lesson's folder."""
+    return Path(os.environ.get("TFCOURSE_LESSONS_DIR", Path.cwd().parent))
+
+
+# ----------------------------------------------------------------------------------------------
+# Adapters: your classes, called the way the reference calls its parts
+# ----------------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _generation_cache(attention: nn.Module, cache: KVCache | None) -> Iterator[None]:
+    """Hand `cache` to an attention module whose caller (your layer) does not pass one. A stack
+    hands each layer's cache down this way; a layer called without one leaves it in place."""
+    if cache is None:
+        yield
+        return
+    attention.active_cache = cache
+    try:
+        yield
+    finally:
+        attention.active_cache = None
+
+
+def _attention_class(cls: type) -> type:
+    """`cls`, callable as attention(d_model, n_heads, dropout, fused=...), serving a cache."""
+    if issubclass(cls, reference_attention.MultiHeadAttention):
+
+        class ReferenceAttention(cls):
+            active_cache: KVCache | None = None
+
+            def forward(self, x: Tensor, memory: Tensor | None = None, mask: Tensor | None = None,
+                        cache: KVCache | None = None, return_weights: bool = False) -> Any:
+                cache = cache if cache is not None else self.active_cache
+                return super().forward(x, memory, mask, cache, return_weights)
+
+        return ReferenceAttention
+
+    class YourAttention(cls):
+        active_cache: KVCache | None = None
+
+        def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, **_reference_options: Any):
+            # Your attention has no dropout of its own: the paper drops sub-layer outputs, which your
+            # layers do; attention-weight dropout came later.
+            super().__init__(d_model, n_heads)
+
+        def forward(self, x: Tensor, memory: Tensor | None = None, mask: Tensor | None = None,
+                    cache: KVCache | None = None, return_weights: bool = False) -> Tensor:
+            if return_weights:
+                raise NotImplementedError("your MultiHeadAttention returns no weights; use the reference's")
+            cache = cache if cache is not None else self.active_cache
+            if cache is not None and memory is None:  # self-attention while generating
+                # The layer's inputs so far, (B, 1, T, d_model): shaped like one head of a KV cache.
+                past = cache.k
+                memory = x if past is None else torch.cat([past[:, 0], x], dim=1)  # (B, T_past + T, d_model)
+                cache.k = cache.v = memory[:, None]
+            return super().forward(x, memory, mask)
+
+    return YourAttention
+
+
+def _feed_forward_class(cls: type) -> Callable[..., nn.Module]:
+    if issubclass(cls, reference_ffn.PositionwiseFeedForward):
+        return cls
+
+    class YourFeedForward(cls):
+        def __init__(self, d_model: int, d_ff: int | None = None, dropout: float = 0.0, *,
+                     activation: str = "relu", **_reference_options: Any):
+            if activation != "relu":
+                raise ValueError(f"your FeedForward uses ReLU; the config asks for {activation!r}")
+            super().__init__(d_model, d_ff)  # no dropout inside: the layer drops the FFN's output
+
+    return YourFeedForward
+
+
+def _patch_namespace(cls: type, **names: Any) -> None:
+    """Your class looks its parts up by name in its notebook's namespace: point those names at
+    the chosen parts (yours, or the reference where yours is not ready)."""
+    _namespace(cls).update(names)
+
+
+@dataclass
+class Parts:
+    """The chosen component of each kind, with its provenance."""
+
+    sources: dict[str, Source] = field(default_factory=dict)
+
+    def __getitem__(self, key: str) -> Source:
+        return self.sources[key]
+
+    # --- the table -------------------------------------------------------------------------
+
+    def rows(self) -> list[tuple[str, str, str]]:
+        return [(key, s.origin, s.why) for key, s in self.sources.items()]
+
+    def table(self, markdown: bool = False) -> str:
+        """One row per component: component | where it came from | why."""
+        if markdown:
+            lines = ["| component | from | why |", "| --- | --- | --- |"]
+            lines += [f"| {k} | `{o}` | {w.replace('|', '/')} |" for k, o, w in self.rows()]
+            return "\n".join(lines)
+        width = max(len(k) for k, _, _ in self.rows())
+        return "\n".join(f"{k:<{width}}  {o}  ({w})" for k, o, w in self.rows())
+
+    def _repr_markdown_(self) -> str:
+        return self.table(markdown=True)
+
+    # --- the parts, callable the reference's way ---------------------------------------------
+
+    def attention(self) -> type:
+        return _attention_class(self["multi-head attention"].obj)
+
+    def feed_forward(self) -> Callable[..., nn.Module]:
+        return _feed_forward_class(self["feed-forward network"].obj)
+
+    def norm(self) -> type:
+        return self["LayerNorm"].obj
+
+    def _layer(self, key: str) -> Callable[..., nn.Module]:
+        source = self[key]
+        attention, feed_forward, norm = self.attention(), self.feed_forward(), self.norm()
+        is_decoder = key == "decoder layer"
+        if not source.is_yours:
+            return _called_like_yours(source.obj, attention=attention, feed_forward=feed_forward, norm=norm)
+        _patch_namespace(source.obj, MultiHeadAttention=attention, PositionwiseFeedForward=feed_forward,
+                         LayerNorm=norm, sublayer_connection=self["residual + LayerNorm"].obj)
+
+        class YourLayer(source.obj):
+            def __init__(self, d_model: int, n_heads: int, d_ff: int | None = None, dropout: float = 0.1,
+                         norm_first: bool = False, **_reference_options: Any):
+                super().__init__(d_model, n_heads, d_ff, dropout, norm_first)
+
+            if is_decoder:
+                def forward(self, x: Tensor, memory: Tensor, self_mask: Tensor | None = None,
+                            memory_mask: Tensor | None = None, cache: Any = None) -> Tensor:
+                    with _generation_cache(self.self_attn, cache.self_attn if cache is not None else None):
+                        return super().forward(x, memory, self_mask, memory_mask)
+            else:
+                def forward(self, x: Tensor, mask: Tensor | None = None, cache: KVCache | None = None) -> Tensor:
+                    with _generation_cache(self.self_attn, cache):
+                        return super().forward(x, mask)
+
+        return YourLayer
+
+    def encoder_layer(self) -> Callable[..., nn.Module]:
+        return self._layer("encoder layer")
+
+    def decoder_layer(self) -> Callable[..., nn.Module]:
+        return self._layer("decoder layer")
+
+    def encoder(self) -> Callable[..., nn.Module]:
+        source, layer, norm = self["encoder stack"], self.encoder_layer(), self.norm()
+        if not source.is_yours:
+            def build_reference(n_layers: int, d_model: int, n_heads: int, d_ff: int | None = None,
+                                **options: Any) -> nn.Module:
+                return source.obj(n_layers, d_model, n_heads, d_ff, layer=layer, norm=norm, **options)
+
+            return build_reference
+        _patch_namespace(source.obj, EncoderLayer=layer, LayerNorm=norm)
+
+        class YourEncoder(source.obj):
+            def __init__(self, n_layers: int, d_model: int, n_heads: int, d_ff: int | None = None, *,
+                         dropout: float = 0.1, norm_first: bool = False, **_reference_options: Any):
+                super().__init__(n_layers, d_model, n_heads, d_ff, dropout, norm_first)
+
+            def forward(self, x: Tensor, mask: Tensor | None = None, caches: list | None = None) -> Tensor:
+                with contextlib.ExitStack() as stack:
+                    for i, layer_ in enumerate(self.layers):
+                        cache = caches[i] if caches is not None else None
+                        stack.enter_context(_generation_cache(layer_.self_attn, cache))
+                    return super().forward(x, mask)
+
+        return YourEncoder
+
+    def decoder(self) -> Callable[..., nn.Module]:
+        layer, norm = self.decoder_layer(), self.norm()
+
+        def build(n_layers: int, d_model: int, n_heads: int, d_ff: int | None = None, **options: Any) -> nn.Module:
+            # You wrote no decoder stack: the reference's stacks your decoder layers.
+            return reference_blocks.Decoder(n_layers, d_model, n_heads, d_ff, layer=layer, norm=norm, **options)
+
+        return build
+
+    def input_layer(self, vocab_size: int, d_model: int, max_len: int, dropout: float) -> nn.Module:
+        source = self["input layer"]
+        if source.is_yours:
+            return source.obj(vocab_size, d_model, max_len, dropout)
+        return source.obj(vocab_size, d_model, max_len, dropout, positional="sinusoidal", scale=True)
+
+    @property
+    def cross_entropy(self) -> Callable[[Tensor, Tensor], Tensor]:
+        return self["cross-entropy"].obj
+
+    @property
+    def generate_cached(self) -> Callable | None:
+        """Your greedy_generate_cached(model, ids, max_new_tokens), or None if it is not ready."""
+        return self["cached generation"].obj
+
+    # --- whole models ------------------------------------------------------------------------
+
+    def _stack_options(self, config: Any) -> dict[str, Any]:
+        return {"dropout": config.dropout, "norm_first": config.norm_first, "activation": config.activation,
+                "fused": config.fused_attention}
+
+    def gpt(self, config: GPTConfig) -> GPT:
+        """The reference GPT with your input layer, attention, FFN, LayerNorm, layers and stack inside.
+
+        Your input layer is the paper's (sinusoidal positions, embeddings x sqrt(d_model)) and your
+        FFN uses ReLU: build `config` with `your_gpt_config`, which sets these.
+        """
+        _expect_paper_style(config)
+        model = GPT(config)
+        model.embed = self.input_layer(config.vocab_size, config.d_model, config.max_len, config.dropout)
+        model.blocks = self.encoder()(config.n_layers, config.d_model, config.n_heads, config.d_ff,
+                                      **self._stack_options(config))
+        if config.tie_weights:
+            model.output.weight = model.embed.token.weight  # (V, d_model) serves both directions
+        init_gpt_weights(model, config.n_layers)
+        return model
+
+    def transformer(self, config: TransformerConfig) -> Transformer:
+        """The reference encoder–decoder with your parts inside (see `gpt`)."""
+        _expect_paper_style(config)
+        model = Transformer(config)
+        model.src_embed = self.input_layer(config.src_vocab_size, config.d_model, config.max_len, config.dropout)
+        model.tgt_embed = self.input_layer(config.tgt_vocab_size, config.d_model, config.max_len, config.dropout)
+        if config.share_embeddings:
+            model.tgt_embed.token = model.src_embed.token
+        options = self._stack_options(config)
+        model.encoder = self.encoder()(config.n_layers, config.d_model, config.n_heads, config.d_ff, **options)
+        model.decoder = self.decoder()(config.n_layers, config.d_model, config.n_heads, config.d_ff, **options)
+        if config.tie_output:
+            model.output.weight = model.tgt_embed.token.weight
+        init_transformer_weights(model)
+        return model
+
+
+def _expect_paper_style(config: Any) -> None:
+    problems = []
+    if config.positional != "sinusoidal":
+        problems.append(f"positional={config.positional!r} (your input layer is sinusoidal)")
+    if config.activation != "relu":
+        problems.append(f"activation={config.activation!r} (your FFN uses ReLU)")
+    if isinstance(config, GPTConfig) and not config.scale_embedding:
+        problems.append("scale_embedding=False (your input layer multiplies by sqrt(d_model))")
+    if problems:
+        raise ValueError("this config does not fit your components: " + "; ".join(problems)
+                         + "; build it with your_gpt_config / your_transformer_config")
+
+
+def your_gpt_config(vocab_size: int, **options: Any) -> GPTConfig:
+    """A GPTConfig that your components can build: the paper's input layer and FFN, pre-LN blocks."""
+    settings = dict(positional="sinusoidal", scale_embedding=True, activation="relu", fused_attention=False)
+    settings.update(options)
+    return GPTConfig(vocab_size=vocab_size, **settings)
+
+
+def your_transformer_config(src_vocab_size: int, tgt_vocab_size: int, **options: Any) -> TransformerConfig:
+    """A TransformerConfig that your components can build (the paper's: post-LN, ReLU, sinusoidal)."""
+    return TransformerConfig(src_vocab_size, tgt_vocab_size, **options)
+
+
+def your_parts(folder: str | os.PathLike[str] | None = None) -> Parts:
+    """Every component from your lesson notebooks under `folder` (default: the folder that holds
+    the running lesson's folder), each checked; the reference where yours is not ready."""
+    folder = Path(folder) if folder is not None else default_folder()
+    return Parts({c.key: _find(c, folder) for c in COMPONENTS})
+
+
+def reference_parts() -> Parts:
+    """The reference for every component: the model your parts are compared with."""
+    return Parts({c.key: Source(c, c.reference(), REFERENCE, "chosen") for c in COMPONENTS})
+
+
+__all__ = ["COMPONENTS", "Component", "Parts", "Source", "your_parts", "reference_parts", "your_gpt_config",
+           "your_transformer_config", "REFERENCE"]
