@@ -85,12 +85,13 @@ def test_the_model_trains_without_jupyter_or_nbgrader_installed():
 
 def test_no_reference_code_hides_in_checks():
     """Checks compare with references; they do not define them. A public function in checks/ is a
-    check (check_*), a catalogue of wrong answers (*_mistakes), or a helper of core.py."""
+    check (check_*), an assertion (expect_*), a catalogue of wrong answers (*_mistakes), or a helper
+    of core.py."""
     for path in (PACKAGE / "checks").glob("*.py"):
         if path.name in ("core.py", "__init__.py"):
             continue
         for node in ast.parse(path.read_text()).body:
             if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and not node.name.startswith("_"):
-                assert node.name.startswith("check_") or node.name.endswith("_mistakes"), (
+                assert node.name.startswith(("check_", "expect_")) or node.name.endswith("_mistakes"), (
                     f"checks/{path.name} defines {node.name}: reference code belongs with the model or data"
                 )

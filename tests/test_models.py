@@ -466,3 +466,56 @@ def test_debug_mode_checks_the_range_on_any_device(monkeypatch):
     with torch.device("meta"):
         GPT(GPTConfig(vocab_size=23, max_len=16, d_model=32, n_heads=4, n_layers=1))(torch.zeros(1, 4, dtype=torch.long))
     assert calls == ["meta"]
+
+
+def test_fused_attention_hands_the_causal_mask_to_the_kernel(monkeypatch):
+    """FlashAttention takes is_causal=True but no explicit mask: causal self-attention must reach
+    F.scaled_dot_product_attention that way, decided from shapes (reading the mask would sync)."""
+    import torch.nn.functional as F
+
+    real = F.scaled_dot_product_attention
+    calls = []
+
+    def recording(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False):
+        calls.append((attn_mask is None, is_causal, q.shape[-2], k.shape[-2]))
+        return real(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", recording)
+    fused = tiny_gpt(fused_attention=True)
+    plain = tiny_gpt(fused_attention=False)
+    plain.load_state_dict(fused.state_dict())
+    ids = torch.randint(0, 23, (2, 9))
+    torch.testing.assert_close(fused(ids), plain(ids), atol=1e-5, rtol=1e-5)
+    assert calls and all(c == (True, True, 9, 9) for c in calls)  # no mask, is_causal
+
+    calls.clear()
+    caches = fused.make_caches()
+    fused(ids[:, :4], caches)  # the prompt: queries = keys -> is_causal
+    fused(ids[:, 4:5], caches)  # one new token: it may see every key -> no mask at all
+    fused(ids[:, 5:8], caches)  # several new tokens after a cache -> the explicit mask
+    layers = len(fused.blocks.layers)
+    assert calls[:layers] == [(True, True, 4, 4)] * layers
+    assert calls[layers:2 * layers] == [(True, False, 1, 5)] * layers
+    assert calls[2 * layers:] == [(False, False, 3, 8)] * layers
+    # and the cached steps give the full forward's logits
+    full = plain(ids[:, :8])
+    caches = fused.make_caches()
+    fused(ids[:, :4], caches)
+    fused(ids[:, 4:5], caches)
+    torch.testing.assert_close(fused(ids[:, 5:8], caches), full[:, 5:8], atol=1e-5, rtol=1e-5)
+
+
+def test_padding_and_cross_attention_keep_their_explicit_masks(monkeypatch):
+    import torch.nn.functional as F
+
+    real = F.scaled_dot_product_attention
+    calls = []
+
+    def recording(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False):
+        calls.append((attn_mask is None, is_causal))
+        return real(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", recording)
+    model = tiny_transformer(fused_attention=True)
+    model(torch.tensor([[3, 4, 0]]), torch.tensor([[1, 5, 6]]))
+    assert calls and all(call == (False, False) for call in calls)  # padding masks everywhere

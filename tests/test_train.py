@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,6 +16,7 @@ from tfcourse.training.loop import (
     default_loss,
     estimate_loss,
     lr_at,
+    load_checkpoint,
     make_grad_scaler,
     pick_device,
     save_checkpoint,
@@ -140,7 +142,9 @@ def test_train_step_updates_weights_and_clears_gradients():
     loss = train_step(model, (x, y), optimizer, make_grad_scaler(torch.device("cpu"), True),
                       config, default_loss)
 
-    assert isinstance(loss, float) and math.isfinite(loss)
+    # a 0-dim tensor, not read back: reading would make the CPU wait for a GPU
+    assert isinstance(loss, torch.Tensor) and loss.dim() == 0 and not loss.requires_grad
+    assert math.isfinite(loss.item())
     assert all(p.grad is None for p in model.parameters())
     assert all(not torch.equal(b, p) for b, p in zip(before, model.parameters()))
 
@@ -180,8 +184,10 @@ def test_history_keys_and_lengths_agree():
     history = train(make_model(), get_batch, config)
     assert set(history) == {
         "step", "train_loss", "lr", "eval_step", "eval_train_loss", "val_loss",
-        "tokens_per_sec", "seconds", "device",
+        "best_val_loss", "best_step", "tokens_per_sec", "seconds", "device",
     }
+    assert history["best_val_loss"] == min(history["val_loss"])
+    assert history["best_step"] == history["eval_step"][history["val_loss"].index(min(history["val_loss"]))]
     assert history["step"] == list(range(1, 26))
     assert len(history["train_loss"]) == len(history["lr"]) == 25
     assert history["lr"] == [lr_at(step, config) for step in range(1, 26)]
@@ -193,10 +199,12 @@ def test_history_keys_and_lengths_agree():
 
 def test_step_hook_is_called_after_every_step_with_the_history():
     seen = []
-    history = train(make_model(), get_batch, small_config(max_steps=12, eval_interval=5),
+    history = train(make_model(), get_batch, small_config(max_steps=12, eval_interval=5, log_interval=3),
                     on_step=lambda step, h: seen.append((step, len(h["train_loss"]))))
-    assert seen == [(step, step) for step in range(1, 13)]  # step n's loss is recorded when the hook runs
-    assert history["step"][-1] == 12
+    assert [step for step, _ in seen] == list(range(1, 13))
+    # Losses are read back every log_interval steps and at evaluations: complete at those steps.
+    assert [step for step, known in seen if known == step] == [3, 5, 6, 9, 10, 12]
+    assert history["step"][-1] == 12 and len(history["train_loss"]) == 12
 
 
 def test_evaluating_does_not_change_the_training_run():
@@ -337,3 +345,75 @@ def test_progress_bar_shows_loss_and_lr(capfd):
     err = capfd.readouterr().err
     assert "5/5" in err
     assert "loss=" in err and "lr=" in err
+
+
+# --------------------------------------------------------------------------- GPU readiness, tested on the CPU
+
+
+def test_the_loop_reads_numbers_back_only_at_log_and_eval_steps(monkeypatch):
+    """Each read of a tensor's value (.item(), .tolist(), float(), bool()...) on a GPU tensor makes the
+    CPU wait for the GPU. Count the reads made by tfcourse's code: none in ordinary steps, one at a
+    log step, one per split at an evaluation. (AdamW's step counters are CPU tensors, and this
+    test's own batches come from Python lists: their reads are not syncs and are not counted.)"""
+    import sys
+
+    import tfcourse.validation as validation
+
+    # The token-range check reads two numbers, but only for ids on the CPU (never on a GPU).
+    monkeypatch.setattr(validation, "expect_ids_in_vocabulary", lambda *args, **kwargs: None)
+    package = str(Path(validation.__file__).parent)
+    reads = []
+    for name in ("item", "tolist", "__float__", "__int__", "__bool__", "__index__"):
+        original = getattr(torch.Tensor, name)
+
+        def counting(self, *args, _original=original, **kwargs):
+            if sys._getframe(1).f_code.co_filename.startswith(package):
+                reads.append(sys._getframe(1).f_code.co_name)
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, counting)
+    counts = []
+    train(make_model(), get_batch, small_config(max_steps=20, eval_interval=20, log_interval=10, eval_steps=3),
+          on_step=lambda step, h: counts.append(len(reads)))
+    per_step = [b - a for a, b in zip([counts[0]] + counts, counts)]
+    per_step[0] = counts[0] - 2  # step 1 follows the first estimate (2 reads: train and val)
+    assert [n for step, n in enumerate(per_step, 1) if step not in (10, 20)] == [0] * 18, reads
+    assert per_step[9] == 1, "a log step reads all the pending losses at once"
+    assert per_step[19] == 1 + 2, "the last step: one read of the losses, one per split of the estimate"
+
+
+def test_compile_failure_falls_back_to_eager_with_one_warning(monkeypatch):
+    def broken_compile(model, *args, **kwargs):
+        def call(*a, **k):
+            raise RuntimeError("Triton needs a C compiler: none found")
+        return call
+
+    monkeypatch.setattr(torch, "compile", broken_compile)
+    with pytest.warns(RuntimeWarning, match="torch.compile failed") as caught:
+        history = train(make_model(), get_batch, small_config(max_steps=10, compile=True))
+    assert len([w for w in caught if "torch.compile" in str(w.message)]) == 1
+    assert len(history["train_loss"]) == 10
+
+
+def test_the_best_val_checkpoint_is_kept(tmp_path):
+    path = tmp_path / "best.pt"
+    history = train(make_model(), get_batch, small_config(max_steps=30, eval_interval=5,
+                                                          best_checkpoint_path=str(path)))
+    best = torch.load(path, weights_only=True)
+    assert best["step"] == history["best_step"] and best["val_loss"] == history["best_val_loss"]
+    model = make_model()
+    model.load_state_dict(best["model"])
+
+
+def test_resuming_keeps_this_machines_optimizer_kernel(tmp_path):
+    """A checkpoint saved with fused=False (a CPU run) must not turn off the fused kernel that
+    configure_optimizer chose for this machine (a GPU)."""
+    model = make_model()
+    config = small_config(max_steps=6, checkpoint_path=str(tmp_path / "ckpt.pt"))
+    train(model, get_batch, config)
+    optimizer = configure_optimizer(model, config)
+    for group in optimizer.param_groups:
+        group["fused"] = True  # what configure_optimizer chooses on a GPU
+    generator = torch.Generator()
+    load_checkpoint(config.checkpoint_path, model, optimizer, make_grad_scaler(torch.device("cpu"), True), generator)
+    assert all(group["fused"] for group in optimizer.param_groups)

@@ -143,6 +143,23 @@ class KVCache:
         return self.k, self.v
 
 
+def _fused_mask(mask: Tensor | None, is_causal: bool, t_q: int, t_k: int) -> tuple[Tensor | None, bool]:
+    """(attn_mask, is_causal) for F.scaled_dot_product_attention, decided from shapes alone (reading
+    the mask's values would make the CPU wait for the GPU).
+
+    A plain causal mask with as many queries as keys becomes is_causal=True and no mask: the
+    FlashAttention kernel accepts that, but no explicit mask. One query at the end of the keys (a
+    generation step with the cache) may see every key: no mask at all. Anything else stays explicit.
+    """
+    if not is_causal:
+        return mask, False
+    if t_q == t_k:
+        return None, True
+    if t_q == 1:
+        return None, False
+    return mask, False  # several new queries after a cache: torch's is_causal would align them wrongly
+
+
 class MultiHeadAttention(nn.Module):
     """MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O,  head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V).
 
@@ -186,7 +203,10 @@ class MultiHeadAttention(nn.Module):
         mask: Tensor | None = None,
         cache: KVCache | None = None,
         return_weights: bool = False,
+        is_causal: bool = False,
     ) -> Tensor | tuple[Tensor, Tensor]:
+        """`is_causal=True` says that `mask` is the plain causal mask (no padding in it): the fused
+        path can then skip it and use the kernels that build it themselves (FlashAttention)."""
         expect_tensor(x, "x", ndim=3, expected="(B, T, d_model)")
         if x.shape[-1] != self.d_model:
             raise ValueError(f"x must be (B, T, d_model={self.d_model}), got shape {shape_str(x)}")
@@ -201,7 +221,8 @@ class MultiHeadAttention(nn.Module):
         if self.fused and not return_weights:
             if mask is not None:
                 _check_mask(mask, q.shape[:-1] + k.shape[-2:-1])
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+            mask, causal = _fused_mask(mask, is_causal, q.shape[-2], k.shape[-2])
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=causal)
             weights = None
         else:
             out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p)  # (B, n_heads, T_q, d_head)

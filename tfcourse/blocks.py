@@ -81,8 +81,13 @@ class EncoderLayer(nn.Module):
         self.norm1, self.norm2 = norm(d_model), norm(d_model)
         self.dropout1, self.dropout2 = nn.Dropout(dropout), nn.Dropout(dropout)
 
-    def forward(self, x: Tensor, mask: Tensor | None = None, cache: KVCache | None = None) -> Tensor:
+    def forward(self, x: Tensor, mask: Tensor | None = None, cache: KVCache | None = None,
+                is_causal: bool = False) -> Tensor:
+        """`is_causal`: `mask` is the plain causal mask (lets fused attention skip it)."""
+
         def attend(h: Tensor) -> Tensor:
+            if is_causal:  # only then: a learner's attention may not know the keyword
+                return self.dropout1(self.self_attn(h, mask=mask, cache=cache, is_causal=True))
             return self.dropout1(self.self_attn(h, mask=mask, cache=cache))
 
         def feed_forward(h: Tensor) -> Tensor:
@@ -156,10 +161,12 @@ class Encoder(nn.Module):
         self.layers = nn.ModuleList(layer(d_model, n_heads, d_ff, **layer_options) for _ in range(n_layers))
         self.norm = _final_norm(layer_options.get("norm_first", False), d_model, norm)
 
-    def forward(self, x: Tensor, mask: Tensor | None = None, caches: list[KVCache] | None = None) -> Tensor:
+    def forward(self, x: Tensor, mask: Tensor | None = None, caches: list[KVCache] | None = None,
+                is_causal: bool = False) -> Tensor:
         expect_tensor(x, "x", ndim=3, expected="(B, T, d_model)")
+        causal = {"is_causal": True} if is_causal else {}  # only then, as in EncoderLayer
         for i, layer in enumerate(self.layers):
-            x = layer(x, mask, caches[i] if caches is not None else None)  # (B, T, d_model)
+            x = layer(x, mask, caches[i] if caches is not None else None, **causal)  # (B, T, d_model)
         return self.norm(x)
 
 

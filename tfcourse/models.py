@@ -259,7 +259,8 @@ class GPT(nn.Module):
         x = self.embed(ids, offset)  # (B, T, d_model); checks the ids, raises if offset + T > max_len
         length = ids.shape[1]
         mask = causal_mask(length, offset + length, ids.device)  # (T, offset + T)
-        return self.output(self.blocks(x, mask, caches))  # (B, T, vocab_size)
+        hidden = self.blocks(x, mask, caches, is_causal=True)  # (B, T, d_model)
+        return self.output(hidden)  # (B, T, vocab_size)
 
     def make_caches(self) -> list[KVCache]:
         return [KVCache() for _ in self.blocks.layers]

@@ -52,7 +52,8 @@ def cross_entropy(logits: Tensor, targets: Tensor, ignore_index: int | None = No
     if label_smoothing > 0.0:
         uniform = -log_probs.mean(dim=-1)  # (N,) cross-entropy against the uniform distribution
         nll = (1.0 - label_smoothing) * nll + label_smoothing * uniform
-    return nll[keep].mean()
+    # Sum and count instead of nll[keep]: boolean indexing would make the CPU wait for a GPU.
+    return (nll * keep).sum() / keep.sum()
 
 
 __all__ = ["log_softmax", "softmax", "cross_entropy"]

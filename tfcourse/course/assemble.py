@@ -201,9 +201,9 @@ def _attention_class(cls: type) -> type:
             active_cache: KVCache | None = None
 
             def forward(self, x: Tensor, memory: Tensor | None = None, mask: Tensor | None = None,
-                        cache: KVCache | None = None, return_weights: bool = False) -> Any:
+                        cache: KVCache | None = None, return_weights: bool = False, is_causal: bool = False) -> Any:
                 cache = cache if cache is not None else self.active_cache
-                return super().forward(x, memory, mask, cache, return_weights)
+                return super().forward(x, memory, mask, cache, return_weights, is_causal)
 
         return ReferenceAttention
 
@@ -216,7 +216,8 @@ def _attention_class(cls: type) -> type:
             super().__init__(d_model, n_heads)
 
         def forward(self, x: Tensor, memory: Tensor | None = None, mask: Tensor | None = None,
-                    cache: KVCache | None = None, return_weights: bool = False) -> Tensor:
+                    cache: KVCache | None = None, return_weights: bool = False, is_causal: bool = False) -> Tensor:
+            # is_causal is only a hint for fused kernels: your attention uses the mask itself.
             if return_weights:
                 raise NotImplementedError("your MultiHeadAttention returns no weights; use the reference's")
             cache = cache if cache is not None else self.active_cache
@@ -307,7 +308,8 @@ class Parts:
                     with _generation_cache(self.self_attn, cache.self_attn if cache is not None else None):
                         return super().forward(x, memory, self_mask, memory_mask)
             else:
-                def forward(self, x: Tensor, mask: Tensor | None = None, cache: KVCache | None = None) -> Tensor:
+                def forward(self, x: Tensor, mask: Tensor | None = None, cache: KVCache | None = None,
+                            is_causal: bool = False) -> Tensor:
                     with _generation_cache(self.self_attn, cache):
                         return super().forward(x, mask)
 
@@ -334,7 +336,8 @@ class Parts:
                          dropout: float = 0.1, norm_first: bool = False, **_reference_options: Any):
                 super().__init__(n_layers, d_model, n_heads, d_ff, dropout, norm_first)
 
-            def forward(self, x: Tensor, mask: Tensor | None = None, caches: list | None = None) -> Tensor:
+            def forward(self, x: Tensor, mask: Tensor | None = None, caches: list | None = None,
+                        is_causal: bool = False) -> Tensor:
                 with contextlib.ExitStack() as stack:
                     for i, layer_ in enumerate(self.layers):
                         cache = caches[i] if caches is not None else None

@@ -43,6 +43,9 @@ def setup(seed: int = 0) -> torch.device:
     random.seed(seed)
     torch.manual_seed(seed)
     device = pick_device()
+    if device.type == "cuda":
+        # fp32 matmuls may use TF32 tensor cores (10 bits of mantissa: plenty for training).
+        torch.set_float32_matmul_precision("high")
     mode = "fast mode (heavy cells shrunk)" if fast_mode() else "full mode"
     print(f"tfcourse {__version__} · torch {torch.__version__} · device {device} · {mode} · seed {seed}")
     return device

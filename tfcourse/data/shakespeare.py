@@ -203,7 +203,7 @@ def load_tiny_shakespeare() -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# The character-level corpus that lesson 07, the training script and the benchmarks train on
+# The character-level corpus that lesson 08, the training script and the benchmarks train on
 # ---------------------------------------------------------------------------------------------
 
 
@@ -214,6 +214,10 @@ class CharCorpus:
     text: str
     tokenizer: CharTokenizer
     splits: dict[str, torch.Tensor]  # "train", "val" -> 1-D token ids
+
+    def to(self, device: torch.device | str) -> CharCorpus:
+        """The same corpus with its token streams on `device` (batches are then cut there)."""
+        return CharCorpus(self.text, self.tokenizer, {k: v.to(device) for k, v in self.splits.items()})
 
     def batches(self, batch_size: int, context_len: int):
         """get_batch(split, generator) for tfcourse.training.train: random windows of one split."""

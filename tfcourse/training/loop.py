@@ -16,6 +16,7 @@ import os
 import random
 import tempfile
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -115,6 +116,8 @@ class TrainConfig:
     amp: bool = True  # mixed precision (bf16/fp16), GPU only: faster steps, less memory
     compile: bool = False  # torch.compile the model: faster steps after a slow first one
     progress: bool = True  # show a progress bar; False keeps the output silent
+    log_interval: int = 10  # steps between reading the losses back (each read makes the CPU wait for a GPU)
+    best_checkpoint_path: str | None = None  # where to keep the weights of the best val loss; None: nowhere
 
     def __post_init__(self) -> None:
         problems = []
@@ -141,6 +144,8 @@ class TrainConfig:
             problems.append(f"eval_interval must be at least 1, got {self.eval_interval}")
         if self.eval_steps < 1:
             problems.append(f"eval_steps must be at least 1, got {self.eval_steps}")
+        if self.log_interval < 1:
+            problems.append(f"log_interval must be at least 1, got {self.log_interval}")
         if self.checkpoint_interval is not None:
             if self.checkpoint_interval < 1:
                 problems.append(
@@ -273,8 +278,12 @@ def train_step(
     scaler: torch.amp.GradScaler,
     config: TrainConfig,
     loss_fn: LossFn = default_loss,
-) -> float:
-    """One optimizer step on one batch; returns the batch's loss."""
+) -> torch.Tensor:
+    """One optimizer step on one batch; returns the batch's loss as a 0-dim tensor.
+
+    The loss stays where it was computed: reading it as a number (`.item()`) would make the CPU
+    wait for the GPU to finish the step, so `train()` reads the losses of many steps at once.
+    """
     x, y = batch
 
     # 1. Forward: compute the loss (in mixed precision on GPU when config.amp is on).
@@ -298,7 +307,7 @@ def train_step(
     #    set_to_none frees their memory until the next backward.
     optimizer.zero_grad(set_to_none=True)
 
-    return loss.item()
+    return loss.detach()
 
 
 @torch.no_grad()
@@ -325,13 +334,13 @@ def estimate_loss(
         losses = {}
         for split in ("train", "val"):
             generator = torch.Generator().manual_seed(seed)
-            total = 0.0
+            total = torch.zeros((), device=device)  # summed where the losses are: no wait per batch
             for _ in range(eval_steps):
                 x, y = get_batch(split, generator)
-                x, y = x.to(device), y.to(device)
+                x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
                 with autocast_context(device, amp):
-                    total += loss_fn(model, x, y).item()
-            losses[split] = total / eval_steps
+                    total += loss_fn(model, x, y).float()
+            losses[split] = total.item() / eval_steps  # one read per split
         return losses
     finally:
         model.train(was_training)
@@ -406,7 +415,12 @@ def load_checkpoint(
         raise ValueError(f"{path} is not a training checkpoint: it lacks {missing}")
 
     model.load_state_dict(checkpoint["model"])
+    # The checkpoint's param groups also carry the kernel choice of the machine that saved them (a CPU
+    # checkpoint says fused=False): keep this machine's choice.
+    kernels = [{k: group[k] for k in ("fused", "foreach") if k in group} for group in optimizer.param_groups]
     optimizer.load_state_dict(checkpoint["optimizer"])  # moves its state to the model's device
+    for group, kernel in zip(optimizer.param_groups, kernels):
+        group.update(kernel)
     if checkpoint["scaler"]:  # empty when saved without fp16 (e.g. on a CPU)
         scaler.load_state_dict(checkpoint["scaler"])
     generator.set_state(checkpoint["batch_generator"])
@@ -426,22 +440,60 @@ def new_history(device: torch.device) -> dict[str, Any]:
     """An empty history: what `train()` records and returns."""
     return {
         "step": [],  # every optimizer step, counted from 1 ...
-        "train_loss": [],  # ... the loss of its batch ...
+        "train_loss": [],  # ... the loss of its batch (read back every log_interval steps) ...
         "lr": [],  # ... and its learning rate
         "eval_step": [],  # the steps at which the loss was estimated (0: before training) ...
         "eval_train_loss": [],  # ... the estimate on training data ...
         "val_loss": [],  # ... and on validation data
+        "best_val_loss": math.inf,  # the lowest val loss so far ...
+        "best_step": None,  # ... and the step it was reached at
         "tokens_per_sec": 0.0,  # training speed during the last call to train()
         "seconds": 0.0,  # wall-clock time of the last call to train()
         "device": str(device),
     }
 
 
-def record_estimate(history: dict[str, Any], step: int, losses: dict[str, float]) -> None:
-    """Append one loss estimate (from `estimate_loss`) to `history`."""
+def record_estimate(history: dict[str, Any], step: int, losses: dict[str, float]) -> bool:
+    """Append one loss estimate (from `estimate_loss`) to `history`; True if it is the best val so far."""
     history["eval_step"].append(step)
     history["eval_train_loss"].append(losses["train"])
     history["val_loss"].append(losses["val"])
+    if losses["val"] < history["best_val_loss"]:
+        history["best_val_loss"], history["best_step"] = losses["val"], step
+        return True
+    return False
+
+
+class _CompiledOrEager:
+    """torch.compile(model) that falls back to the model itself, once and with one warning, when
+    compiling fails (e.g. no C compiler or Python headers for Triton). Everything but the call
+    goes to the model."""
+
+    def __init__(self, model: nn.Module):
+        self.model, self.compiled = model, torch.compile(model)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.compiled is not None:
+            try:
+                return self.compiled(*args, **kwargs)
+            except Exception as error:  # noqa: BLE001 - a failing compiler must not stop the run
+                self.compiled = None
+                warnings.warn(f"torch.compile failed ({type(error).__name__}: {str(error).splitlines()[0][:200]}); "
+                              "training continues without it", RuntimeWarning, stacklevel=2)
+        return self.model(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.model, name)
+
+
+def _save_best(path: str, model: nn.Module, step: int, val_loss: float) -> None:
+    """The weights at the best val loss (nanoGPT keeps only these): model, step and loss."""
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    handle, temporary_path = tempfile.mkstemp(dir=directory, prefix=os.path.basename(path) + ".", suffix=".tmp")
+    with os.fdopen(handle, "wb") as file:
+        torch.save({"model": model.state_dict(), "step": step, "val_loss": val_loss}, file)
+    os.replace(temporary_path, path)
 
 
 def train(
@@ -458,7 +510,11 @@ def train(
     repeatable and lets a resumed run continue it. With `resume=True`, training continues
     from `config.checkpoint_path` if that file exists (and starts fresh if not), giving
     exactly the run that would have happened without the interruption. `on_step(step, history)`,
-    if given, is called after every optimizer step.
+    if given, is called after every optimizer step; `history["train_loss"]` is complete at the
+    steps where the losses are read back (every `log_interval` steps, each evaluation, the end).
+
+    On a GPU the CPU queues work ahead of the device; the loop reads numbers back (a sync) only
+    every `log_interval` steps and at evaluations, so the queue stays full in between.
     """
     if resume and config.checkpoint_path is None:
         raise ValueError("resume=True needs config.checkpoint_path: where is the checkpoint?")
@@ -473,7 +529,7 @@ def train(
     scaler = make_grad_scaler(device, config.amp)
     generator = torch.Generator().manual_seed(config.seed)  # the order of training batches
     # Optimizer and checkpoints use `model`; compute runs through the (maybe) compiled one.
-    model_to_run = torch.compile(model) if config.compile else model
+    model_to_run = _CompiledOrEager(model) if config.compile else model
 
     step, history = 0, new_history(device)
     if resuming:
@@ -488,9 +544,18 @@ def train(
         amp=config.amp, seed=config.seed,
     )
     started = time.perf_counter()
+    eval_seconds = 0.0
     if step == 0:
         record_estimate(history, 0, estimate())  # the untrained model: where the curves start
-    train_seconds, tokens_trained = 0.0, 0
+    first_step, tokens_trained = step, 0
+    pending: list[torch.Tensor] = []  # losses of the steps since the last read-back, on the device
+    train_started = time.perf_counter()
+
+    def read_back_losses() -> None:
+        if pending:
+            history["train_loss"].extend(torch.stack(pending).tolist())  # one sync for many steps
+            pending.clear()
+
     with tqdm(
         total=config.max_steps, initial=step, disable=not config.progress, desc="training"
     ) as progress:
@@ -500,36 +565,40 @@ def train(
             set_lr(optimizer, lr)
 
             x, y = get_batch("train", generator)
-            x, y = x.to(device), y.to(device)
-            step_started = time.perf_counter()
-            loss = train_step(model_to_run, (x, y), optimizer, scaler, config, loss_fn)
-            train_seconds += time.perf_counter() - step_started
+            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+            pending.append(train_step(model_to_run, (x, y), optimizer, scaler, config, loss_fn))
             tokens_trained += x.numel()
-
             history["step"].append(step)
-            history["train_loss"].append(loss)
             history["lr"].append(lr)
-            postfix = {"loss": f"{loss:.4f}", "lr": f"{lr:.2e}"}
 
             is_last = step == config.max_steps
             evaluate_now = is_last or step % config.eval_interval == 0
             save_now = config.checkpoint_path is not None and (
                 is_last or (config.checkpoint_interval and step % config.checkpoint_interval == 0)
             )
+            if evaluate_now or save_now or step % config.log_interval == 0:
+                read_back_losses()
+                progress.set_postfix({"loss": f"{history['train_loss'][-1]:.4f}", "lr": f"{lr:.2e}",
+                                      "val": f"{history['val_loss'][-1]:.4f}"}, refresh=False)
             if evaluate_now:
+                eval_started = time.perf_counter()
                 losses = estimate()
-                record_estimate(history, step, losses)
-                postfix["val"] = f"{losses['val']:.4f}"
+                eval_seconds += time.perf_counter() - eval_started
+                if record_estimate(history, step, losses) and config.best_checkpoint_path is not None:
+                    _save_best(config.best_checkpoint_path, model, step, losses["val"])
+                progress.set_postfix({"loss": f"{history['train_loss'][-1]:.4f}", "lr": f"{lr:.2e}",
+                                      "val": f"{losses['val']:.4f}"}, refresh=False)
             if save_now:  # after the estimate, so the checkpoint's history includes it
                 save_checkpoint(
                     config.checkpoint_path, model, optimizer, scaler,
                     step, history, generator, config,
                 )
-            progress.set_postfix(postfix, refresh=False)  # drawn by update(), at tqdm's pace
-            progress.update(1)
+            progress.update(1)  # drawn at tqdm's pace
             if on_step is not None:
                 on_step(step, history)
 
+    read_back_losses()
     history["seconds"] = time.perf_counter() - started
-    history["tokens_per_sec"] = tokens_trained / train_seconds if train_seconds else 0.0
+    train_seconds = time.perf_counter() - train_started - eval_seconds  # ends after a read-back: synced
+    history["tokens_per_sec"] = tokens_trained / train_seconds if step > first_step and train_seconds > 0 else 0.0
     return history
