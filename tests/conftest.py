@@ -29,4 +29,4 @@ def pytest_terminal_summary(terminalreporter):
     if rows:
         terminalreporter.section("autograder catalogue: points per exercise")
         for case, lesson, points in rows:
-            terminalreporter.write_line(f"{case:<48} {lesson:<20} {points}")
+            terminalreporter.write_line(f"{case:<48} {lesson:<21} {points}")

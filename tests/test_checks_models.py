@@ -1,4 +1,5 @@
-"""Lesson 06's checks: a correct answer passes; each usual mistake is named; the answer itself is off-limits."""
+"""The checks of lessons 06 and 07 (tfcourse.checks.models): a correct answer passes; each usual mistake
+is named; the answer itself is off-limits."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The checks of lesson 09 (RNN vs Transformer): right answers pass with one line, every named mistake
+"""The checks of lesson 10 (RNN vs Transformer): right answers pass with one line, every named mistake
 is recognised, torch's RNN is off-limits, and a stub says it is not implemented yet."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Lesson 07's checks: right answers pass, every usual mistake is named, the answers are off-limits."""
+"""Lesson 08's checks: right answers pass, every usual mistake is named, the answers are off-limits."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The checks of lesson 08 (translation): right answers pass with one line, every named mistake is
+"""The checks of lesson 09 (translation): right answers pass with one line, every named mistake is
 recognised, the reference is off-limits, and a stub says it is not implemented yet."""
 
 from __future__ import annotations

@@ -123,7 +123,7 @@ def test_a_failing_definition_cell_is_named(tmp_path):
 
 def test_a_missing_notebook_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="no notebook at"):
-        import_from_notebook(tmp_path / "06_models_decoding.ipynb", "GPT")
+        import_from_notebook(tmp_path / "06_models.ipynb", "GPT")
 
 
 def test_a_setup_cells_imports_run_but_not_its_calls(tmp_path):

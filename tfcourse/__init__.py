@@ -12,7 +12,7 @@ Three layers, each importing only the ones above it.
     output.py      linear -> softmax; stable log-softmax and cross-entropy
     models.py      encoder-decoder Transformer, GPT, encoder-only (BERT-style); table 3-1's shapes
     decoding.py    greedy, temperature, top-k, top-p, beam search
-    rnn.py         the recurrent network the Transformer replaced (lesson 09)
+    rnn.py         the recurrent network the Transformer replaced (lesson 10)
     validation.py  the input checks every module shares
 
 2. Data and training: `tfcourse.data` (Tiny Shakespeare, batches, the EN->FR corpus) and

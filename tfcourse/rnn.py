@@ -1,4 +1,4 @@
-"""The recurrent network the Transformer replaced, for lesson 09's comparison.
+"""The recurrent network the Transformer replaced, for lesson 10's comparison.
 
     h_t = tanh(x_t W_xh + h_{t-1} W_hh + b)
 

@@ -1,8 +1,9 @@
-"""Checks for lesson 06: the output layer, whole models and decoding.
+"""Checks for lessons 06 (the output layer and whole models) and 07 (decoding).
 
-log_softmax / cross_entropy (the output layer and its loss), a GPT assembled from tfcourse parts,
-the parameter count of the paper's base model, shift_right (teacher forcing), filter_logits and
-sample_next_token (sampling), beam_search, and greedy generation with a key/value cache.
+Lesson 06: log_softmax / cross_entropy (the output layer and its loss), a GPT assembled from tfcourse
+parts, the parameter count of the paper's base model, shift_right (teacher forcing).
+Lesson 07: filter_logits and sample_next_token (sampling), beam_search, and greedy generation with a
+key/value cache.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Checks for lesson 09, why Transformers replaced RNNs: the recurrence written as a loop, path
+"""Checks for lesson 10, why Transformers replaced RNNs: the recurrence written as a loop, path
 lengths between distant tokens, and the data of the long-range recall task.
 
 The references: `tfcourse.rnn.rnn_forward`, `tfcourse.rnn.path_length` and

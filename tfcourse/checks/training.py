@@ -1,4 +1,4 @@
-"""Checks for lesson 07: training a GPT on Tiny Shakespeare.
+"""Checks for lesson 08: training a GPT on Tiny Shakespeare.
 
 The batch sampler (against tfcourse.data.get_batch with the same generator), the learning-rate
 schedule (against tfcourse.training.loop.lr_at), one training step (against tfcourse.training.loop.train_step on

@@ -1,4 +1,4 @@
-"""Checks for lesson 08, translation with the encoder–decoder: teacher-forcing batches, the
+"""Checks for lesson 09, translation with the encoder–decoder: teacher-forcing batches, the
 forward pass with its three masks, and greedy decoding."""
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ import torch
 from ..data import char_corpus, load_tiny_shakespeare
 from ..decoding import generate
 from ..models import GPT
-from ..training.recipes import CPU_RECIPE  # nanoGPT's CPU recipe; lesson 07 trains it for 2,000 steps
+from ..training.recipes import CPU_RECIPE  # nanoGPT's CPU recipe; lesson 08 trains it for 2,000 steps
 from ..tokenizers import train_bpe
 from ..training.loop import train
 

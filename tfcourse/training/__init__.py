@@ -1,9 +1,9 @@
 """Training: one loop for every model, the GPT recipes, and the two end-to-end runs.
 
     loop.py         train(): AdamW, warm-up + cosine, clipping, mixed precision, evaluation, exact resume
-    recipes.py      the GPU and CPU recipes of lesson 07 (model size, batch, steps, learning rate)
+    recipes.py      the GPU and CPU recipes of lesson 08 (model size, batch, steps, learning rate)
     shakespeare.py  python -m tfcourse.training.shakespeare: train a recipe on Tiny Shakespeare
-    translation.py  lesson 08's English→French pipeline: vocabularies, shifted targets, train, score
+    translation.py  lesson 09's English→French pipeline: vocabularies, shifted targets, train, score
 """
 
 from .loop import TrainConfig, pick_device, train

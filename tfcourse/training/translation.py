@@ -12,11 +12,11 @@ puts it all together; the lesson and the tests both call it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from ..data.en_fr import make_translation_pairs, split_translation_pairs
 from ..decoding import translate, translate_beam
@@ -183,9 +183,11 @@ class TranslationRecipe:
         return cls(n_pairs=2000, max_steps=150, warmup_steps=20)
 
 
-def train_translator(recipe: TranslationRecipe, device: str | None = "cpu", progress: bool = False) -> dict:
+def train_translator(recipe: TranslationRecipe, device: str | None = "cpu", progress: bool = False,
+                     build_model: Callable[[TransformerConfig], nn.Module] = Transformer) -> dict:
     """Generate the corpus, build vocabularies, train a Transformer; returns everything the lesson needs.
 
+    `build_model(config)` makes the model (e.g. one made of your own components).
     Keys: model, source_vocab, target_vocab, train_pairs, test_pairs, history.
     """
     pairs = make_translation_pairs(recipe.n_pairs, seed=recipe.seed)
@@ -197,7 +199,7 @@ def train_translator(recipe: TranslationRecipe, device: str | None = "cpu", prog
     config = TransformerConfig(source_vocab.vocab_size, target_vocab.vocab_size, d_model=recipe.d_model,
                                n_heads=recipe.n_heads, n_layers=recipe.n_layers, dropout=recipe.dropout,
                                max_len=64, pad_id=source_vocab.pad_id)
-    model = Transformer(config)
+    model = build_model(config)
     train_config = TrainConfig(max_steps=recipe.max_steps, lr=recipe.lr, min_lr=recipe.lr / 10,
                                warmup_steps=recipe.warmup_steps, weight_decay=0.01,
                                eval_interval=max(recipe.max_steps // 5, 1), eval_steps=5,
