@@ -247,6 +247,11 @@ def test_causal_mask_mistakes(wrong, message):
         check_causal_mask(wrong)
 
 
+def test_causal_mask_ignoring_the_device_is_named():
+    with pytest.raises(CheckFailed, match=r"device='meta'\): your mask is on cpu; create it on the given device"):
+        check_causal_mask(lambda t_q, t_k=None, device=None: causal(t_q, t_k))
+
+
 def test_causal_mask_off_limits():
     with pytest.raises(OffLimitsError, match="off-limits"):
         check_causal_mask(lambda t_q, t_k=None, device=None: reference.causal_mask(t_q, t_k, device))
@@ -365,6 +370,37 @@ def _scale_by_d_model(q, k, v, mask=None):
 def test_mha_mistakes(wrong, message):
     with pytest.raises(CheckFailed, match=message):
         check_multi_head_attention(wrong)
+
+
+def test_mha_with_a_plain_tensor_attribute_is_named():
+    class PlainScale(MHA):
+        def __init__(self, d_model, n_heads):
+            super().__init__(d_model, n_heads)
+            self.head_scale = torch.ones(n_heads)  # a plain attribute: .to(device) leaves it on the CPU
+
+    with pytest.raises(CheckFailed, match=r"self.head_scale is a plain tensor attribute.*register_buffer"):
+        check_multi_head_attention(PlainScale)
+
+
+def test_mha_making_a_default_mask_on_the_cpu_is_named():
+    class DefaultMask(MHA):
+        def forward(self, x, memory=None, mask=None):
+            if mask is None:  # "allow everything", built without device=x.device
+                t_k = x.shape[1] if memory is None else memory.shape[1]
+                mask = torch.ones(x.shape[1], t_k, dtype=torch.bool)
+            return super().forward(x, memory, mask)
+
+    with pytest.raises(CheckFailed, match=r"\(self-attention\): your forward creates a tensor on the CPU"):
+        check_multi_head_attention(DefaultMask)
+
+
+def test_mha_returning_float32_for_float64_is_named():
+    class AlwaysFloat32(MHA):
+        def forward(self, x, memory=None, mask=None):
+            return super().forward(x, memory, mask).float()
+
+    with pytest.raises(CheckFailed, match="with float64 input your output is torch.float32"):
+        check_multi_head_attention(AlwaysFloat32)
 
 
 def test_mha_queries_from_memory_and_bad_parameters():

@@ -152,6 +152,23 @@ def test_token_embedding_delegating_is_off_limits():
         check_token_embedding(ViaFunctional)
 
 
+def test_token_embedding_with_a_plain_tensor_attribute_is_named():
+    class TensorScale(token_embedding()):
+        def __init__(self, vocab_size, d_model):
+            super().__init__(vocab_size, d_model)
+            self.scale = torch.tensor(math.sqrt(d_model))  # right on the CPU, left behind by .to("cuda")
+    with pytest.raises(CheckFailed, match=r"self.scale is a plain tensor attribute.*register_buffer\('scale'"):
+        check_token_embedding(TensorScale)
+
+
+def test_token_embedding_returning_float32_for_float64_is_named():
+    class AlwaysFloat32(token_embedding()):
+        def forward(self, ids):
+            return super().forward(ids).float()
+    with pytest.raises(CheckFailed, match="with float64 input your output is torch.float32"):
+        check_token_embedding(AlwaysFloat32)
+
+
 def test_token_embedding_stub_is_not_implemented():
     class Stub(nn.Module):
         def __init__(self, vocab_size, d_model):
@@ -327,6 +344,19 @@ def test_learned_mistakes_are_named(options, message):
         check_learned_positions(learned(**options), hidden=True)
 
 
+def test_learned_positions_made_with_arange_on_the_cpu_is_named():
+    class OneHotPositions(learned()):
+        def forward(self, x, offset=0):
+            length = x.shape[1]
+            if offset + length > self.max_len:
+                raise ValueError("past max_len")
+            positions = torch.arange(offset, offset + length)  # no device=x.device: on the CPU
+            rows = F.one_hot(positions, self.max_len).to(x.dtype) @ self.weight  # (T, d_model)
+            return x + rows
+    with pytest.raises(CheckFailed, match=r"creates a tensor on the CPU.*torch.arange\(T, device=x.device\)"):
+        check_learned_positions(OneHotPositions)
+
+
 def test_learned_delegating_is_off_limits():
     class ViaTorch(nn.Module):
         def __init__(self, d_model, max_len):
@@ -437,6 +467,33 @@ def test_input_layer_positions_starting_at_one_in_forward_is_named():
             return self.dropout(self.token(ids) + table[offset + 1: offset + 1 + ids.shape[1]])
     with pytest.raises(CheckFailed, match="positions offset\\+1..offset\\+T"):
         check_input_layer(StartsAtOne)
+
+
+def test_input_layer_with_a_plain_tensor_attribute_is_named():
+    class PlainPositions(input_layer()):
+        def __init__(self, vocab_size, d_model, max_len, dropout=0.1):
+            super().__init__(vocab_size, d_model, max_len, dropout)
+            self.positions = torch.arange(max_len)  # a plain attribute: .to(device) leaves it on the CPU
+
+        def forward(self, ids, offset=0):
+            if offset + ids.shape[1] > self.max_len:
+                raise ValueError("past max_len")
+            rows = self.pe[self.positions[offset: offset + ids.shape[1]]]  # (T, d_model)
+            return self.dropout(self.token(ids) + rows)
+    with pytest.raises(CheckFailed, match=r"self.positions is a plain tensor attribute"):
+        check_input_layer(PlainPositions)
+
+
+def test_input_layer_building_the_table_in_forward_is_named():
+    class TableInForward(input_layer()):
+        def forward(self, ids, offset=0):
+            length = ids.shape[1]
+            if offset + length > self.max_len:
+                raise ValueError("past max_len")
+            table = E.sinusoidal_positional_encoding(self.max_len, self.pe.shape[1])  # made on the CPU
+            return self.dropout(self.token(ids) + table[offset: offset + length])
+    with pytest.raises(CheckFailed, match="creates a tensor on the CPU"):
+        check_input_layer(TableInForward)
 
 
 def test_input_layer_delegating_is_off_limits():

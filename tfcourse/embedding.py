@@ -19,12 +19,14 @@ from .validation import expect_tensor, expect_token_ids
 class TokenEmbedding(nn.Module):
     """A lookup table of `vocab_size` vectors, multiplied by sqrt(d_model) (paper, section 3.4).
 
-    Why the scaling: the table is initialised with std 1/sqrt(d_model) (it may be shared with the
-    output layer, where small weights are wanted), so each looked-up entry is about 1/sqrt(d_model)
-    in size. Multiplying by sqrt(d_model) brings the entries to about 1, the size of the sin/cos
-    positional encoding they are added to; otherwise position would drown out meaning.
+    Why the scaling: the paper states it but gives no reason; what follows is one interpretation,
+    the one this package builds on (it matches the authors' tensor2tensor code, which initialises the
+    table the same way). The table starts at std 1/sqrt(d_model), the size suited to a matrix that may
+    be shared with the output layer, so each looked-up entry is about 1/sqrt(d_model) in size.
+    Multiplying by sqrt(d_model) brings the entries to about 1, the size of the sin/cos positional
+    encoding they are added to; otherwise position would drown out meaning.
     With scale=False (GPT-2's convention) entries start at std 0.02, the size of GPT-2's learned
-    position vectors, and are used as they are.
+    position vectors in the common implementations, and are used as they are.
     """
 
     def __init__(self, vocab_size: int, d_model: int, scale: bool = True):

@@ -2,7 +2,9 @@
 masks, splitting and merging heads, and the multi-head attention module.
 
 Every reference answer, and the answer each usual mistake would give, is computed before the
-learner's code runs; the mistakes are computed here, independently of the package.
+learner's code runs; the mistakes are computed here, independently of the package. The mask and the
+module must also work where a GPU run puts them: `causal_mask` on the device it is given, and
+`MultiHeadAttention` after `.to()` another dtype or device (`expect_portable`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from torch import Tensor, nn
 
 from ..attention import (MultiHeadAttention, causal_mask, merge_heads, padding_mask, scaled_dot_product_attention,
                          split_heads)
-from .core import (CheckFailed, call_learner, compare, expect_unchanged, hidden_note, learner_namespaces,
+from .core import (CheckFailed, call_learner, compare, expect_portable, expect_unchanged, hidden_note, learner_namespaces,
                    off_limits, passed)
 
 # While a check runs, the answer for that exercise and the matching torch built-ins are off-limits.
@@ -315,13 +317,19 @@ def check_causal_mask(learner_fn: Callable, hidden: bool = False) -> None:
             mask = call_learner(what, learner_fn, *args)
             _expect_bool_mask(mask, what)
             compare(mask, expected, what, mistakes)
-        if hidden and torch.cuda.is_available():  # a second device to put the mask on
-            mask = call_learner("causal_mask(4, device='cuda')", learner_fn, 4, device="cuda")
-            if not isinstance(mask, Tensor) or mask.device.type != "cuda":
-                raise CheckFailed("causal_mask(4, device='cuda'): create the mask on the given device "
-                                  "(pass device=device to the tensor you build)")
-    passed(f"causal_mask matches the reference for {len(cases)} sizes, square and with a cache offset"
-           + hidden_note(hidden))
+        # On the device it is asked for: "meta" stands in for a GPU (a device without data, on any machine).
+        devices = ["meta"] + (["cuda"] if hidden and torch.cuda.is_available() else [])
+        for device in devices:
+            what = f"causal_mask(3, 5, device={device!r})"
+            mask = call_learner(what, learner_fn, 3, 5, device=device)
+            if not isinstance(mask, Tensor) or mask.device.type != device:
+                where = mask.device.type if isinstance(mask, Tensor) else type(mask).__name__
+                raise CheckFailed(f"{what}: your mask is on {where}; create it on the given device (device=device "
+                                  "in the tensor you build), so that on a GPU it sits next to the scores")
+            if tuple(mask.shape) != (3, 5) or mask.dtype != torch.bool:
+                raise CheckFailed(f"{what}: expected a (3, 5) bool mask, got {_shape(mask.shape)} {mask.dtype}")
+    passed(f"causal_mask matches the reference for {len(cases)} sizes, square and with a cache offset, on the "
+           "device asked for" + hidden_note(hidden))
 
 
 def check_padding_mask(learner_fn: Callable, hidden: bool = False) -> None:
@@ -551,7 +559,18 @@ def check_multi_head_attention(learner_cls: type, hidden: bool = False) -> None:
                 raise CheckFailed(f"{call} ({label}): your output has one row per *memory* position; queries "
                                   "come from x (the decoder), keys and values from memory")
             compare(output, case["expected"], f"{call} ({label})", case["mistakes"])
-    passed(f"MultiHeadAttention matches the reference on {len(cases)} cases (self, masked, cross)"
+
+        # On a GPU too: fresh modules, moved to float64 and to a data-less device; self-attention without a
+        # mask, cross-attention with a padding mask.
+        generator = torch.Generator().manual_seed(0)
+        x, memory = torch.randn(2, 3, 16, generator=generator), torch.randn(2, 4, 16, generator=generator)
+        keep = torch.tensor([[True] * 4, [True, True, False, False]])[:, None, None, :]  # (B, 1, 1, T_k)
+        for inputs in ([x], [x, memory, keep]):
+            build = f"{learner_cls.__name__}(16, 4)"
+            module = call_learner(build, learner_cls, 16, 4)
+            kind = "self-attention" if len(inputs) == 1 else "cross-attention with a padding mask"
+            expect_portable(f"{build} ({kind})", module, inputs)
+    passed(f"MultiHeadAttention matches the reference on {len(cases)} cases (self, masked, cross), on any device"
            + hidden_note(hidden))
 
 

@@ -145,12 +145,14 @@ def expect_portable(what: str, module: nn.Module, inputs: Sequence[Any]) -> None
             raise CheckFailed(f"{what}: after .to(torch.float64) with float64 input your output is {out.dtype}; "
                               "let the dtype follow the input (no .float() or dtype=torch.float32 inside forward)")
         try:
-            module.to("meta")(*[_to(x, device="meta") for x in inputs])
-        except (NotImplementedError, CheckFailed):
-            return  # an operation without a meta version: nothing more to learn here
-        except RuntimeError as error:
-            if "device" not in str(error):
-                return
+            # Not through call_learner: only a device mismatch is news here. Warnings and stderr stay
+            # out of the cell (nbgrader scores a cell with stderr 0).
+            with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
+                warnings.simplefilter("ignore")
+                module.to("meta")(*[_to(x, device="meta") for x in inputs])
+        except Exception as error:  # noqa: BLE001 - e.g. an `if` on a value: meta tensors have none
+            if not isinstance(error, RuntimeError) or "device" not in str(error):
+                return  # an error only the data-less meta device provokes says nothing about a GPU
             raise CheckFailed(
                 f"{what}: your forward creates a tensor on the CPU, so on a GPU it fails with a device "
                 f"mismatch; create it where the input is, e.g. torch.arange(T, device=x.device)"

@@ -6,6 +6,10 @@
     check_positional_encoding   the paper's sin/cos table (max_len, d_model)
     check_learned_positions     one trained vector per position, added to x, limited to max_len
     check_input_layer           X = dropout(TokenEmbedding(ids) * sqrt(d_model) + PE[offset : offset + T])
+
+The three module checks end with `expect_portable`: a module that is right on the CPU must also run
+on a GPU (every tensor it holds moves with .to(), its forward creates none on the CPU, its output
+follows the input's dtype).
 """
 
 from __future__ import annotations
@@ -20,8 +24,8 @@ from torch import Tensor, nn
 from ..attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
 from ..embedding import InputEmbedding, LearnedPositionalEmbedding, TokenEmbedding, sinusoidal_positional_encoding
 from ..ffn import PositionwiseFeedForward
-from .core import (CheckFailed, OffLimitsError, call_learner, compare, expect_unchanged, hidden_note,
-                   learner_namespaces, off_limits, one_thread, passed, seeded)
+from .core import (CheckFailed, OffLimitsError, call_learner, compare, expect_portable, expect_unchanged,
+                   hidden_note, learner_namespaces, off_limits, one_thread, passed, seeded)
 
 # What each exercise may not call while its check runs.
 LOOKUP_OFF_LIMITS = ["torch.nn.functional.embedding", "torch.nn.Embedding", "tfcourse.embedding.TokenEmbedding"]
@@ -130,7 +134,6 @@ def check_one_hot_lookup(learner_fn: Callable, hidden: bool = False) -> None:
 # 2. Token embedding with the x sqrt(d_model) scaling
 # ----------------------------------------------------------------------------------------------
 
-@one_thread
 def _expect_one_table(module: nn.Module, shape_name: str, shape: tuple[int, int], what: str) -> None:
     """The module's only parameter is `weight`, of the given shape."""
     names = [name for name, _ in module.named_parameters()]
@@ -140,6 +143,7 @@ def _expect_one_table(module: nn.Module, shape_name: str, shape: tuple[int, int]
         raise CheckFailed(f"weight should have shape {shape_name} = {shape}, got {tuple(module.weight.shape)}")
 
 
+@one_thread
 def check_token_embedding(learner_cls, hidden: bool = False) -> None:
     """ScaledTokenEmbedding(vocab_size, d_model): `weight` (V, d_model) with std 1/sqrt(d_model); forward
     returns weight[ids] * sqrt(d_model) and lets the gradient reach `weight`."""
@@ -194,7 +198,13 @@ def check_token_embedding(learner_cls, hidden: bool = False) -> None:
             raise CheckFailed("no gradient reached `weight`: use the parameter itself in forward "
                               "(not weight.data, a detached copy, or torch.no_grad())")
         compare(module.weight.grad, expected_grad, "the gradient reaching `weight`")
-    passed(f"ScaledTokenEmbedding: init std 1/sqrt(d_model), output x sqrt(d_model), gradient OK on "
+
+    vocab_size, d_model = 11, 8  # on a GPU too: a fresh module, moved to float64 and to a data-less device
+    with off_limits(TOKEN_EMBEDDING_OFF_LIMITS, "scaled token embedding", namespaces):
+        module = _module(learner_cls, (vocab_size, d_model), "a lookup table with a `weight` parameter")
+        expect_portable(f"{learner_cls.__name__}({vocab_size}, {d_model})", module,
+                                [torch.randint(0, vocab_size, (2, 5), generator=seeded(0))])
+    passed(f"ScaledTokenEmbedding: init std 1/sqrt(d_model), output x sqrt(d_model), gradient, any device on "
            f"{len(cases)} cases" + hidden_note(hidden))
 
 
@@ -410,8 +420,14 @@ def check_learned_positions(learner_cls, hidden: bool = False) -> None:
             _expect_value_error(lambda: module(x, too_far),
                                 f"forward(x with T={length}, offset={too_far}) with max_len={max_len}",
                                 "(offset + T > max_len: there is no learned vector for those positions)")
-    passed(f"LearnedPositionalEmbedding: std 0.02 init, x + weight[offset:offset+T], gradient, max_len limit on "
-           f"{len(cases)} cases" + hidden_note(hidden))
+
+    d_model, max_len = 8, 16  # on a GPU too: a fresh module, moved to float64 and to a data-less device
+    with off_limits(LEARNED_OFF_LIMITS, "learned positional embedding", namespaces):
+        module = _module(learner_cls, (d_model, max_len), "one trainable vector per position")
+        expect_portable(f"{learner_cls.__name__}({d_model}, {max_len})", module,
+                                [torch.randn(2, 5, d_model, generator=seeded(0)), 3])
+    passed(f"LearnedPositionalEmbedding: std 0.02 init, x + weight[offset:offset+T], gradient, max_len limit, "
+           f"any device on {len(cases)} cases" + hidden_note(hidden))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -522,5 +538,11 @@ def check_input_layer(learner_cls, hidden: bool = False) -> None:
     if share > 0.7 or not torch.allclose(actual[kept], expected[kept] / (1 - p), atol=1e-5, rtol=1e-4):
         raise CheckFailed("in training mode the output should be dropout(embedding + PE): about half the entries 0, "
                           "the rest (embedding + PE) / (1 - p); apply dropout once, to the sum")
-    passed(f"InputLayer: embedding x sqrt(d_model) + PE buffer, offset, max_len limit, dropout on {len(cases)} "
-           f"cases" + hidden_note(hidden))
+
+    # On a GPU too: a fresh layer, moved to float64 and to a data-less device.
+    module = _input_layer(learner_cls, vocab_size, d_model, max_len, p, namespaces)
+    with off_limits(INPUT_LAYER_OFF_LIMITS, "input layer", namespaces):
+        expect_portable(f"{learner_cls.__name__}{(vocab_size, d_model, max_len, p)}", module,
+                                [torch.randint(0, vocab_size, (2, 5), generator=seeded(1)), 2])
+    passed(f"InputLayer: embedding x sqrt(d_model) + PE buffer, offset, max_len limit, dropout, any device on "
+           f"{len(cases)} cases" + hidden_note(hidden))

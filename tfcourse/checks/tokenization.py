@@ -401,7 +401,7 @@ def _diagnose_merge(text, special_tokens, expected, actual, k, what) -> str:
                 f"first {k} merges; expected {right} (count {counts[right]})")
     if counts[wrong] == counts[right]:
         return (f"{what}: merge #{k}: {right} and {wrong} are tied at {counts[right]}; ties go to the "
-                f"lexicographically greatest pair, {right}")
+                f"lexicographically greatest pair (this course's tie-break), {right}")
     return f"{what}: merge #{k} is {wrong} (count {counts[wrong]}), but {right} occurs {counts[right]} times"
 
 
