@@ -372,8 +372,10 @@ def train_bpe(
 ) -> tuple[dict[int, bytes], list[Pair]]:
     """Learn byte-level BPE merges until bytes + merges + specials make `vocab_size` ids.
 
-    Each step merges the most frequent adjacent pair (ties: the lexicographically greatest
-    pair). Training stops early when no pair is left, i.e. every pre-token is one token.
+    Each step merges the most frequent adjacent pair. Ties go to the lexicographically greatest
+    pair: a convention of this course (shared with other courses) that makes training
+    deterministic; GPT-2's training code is not published, so its own rule is unknown.
+    Training stops early when no pair is left, i.e. every pre-token is one token.
     Returns (vocab: id -> bytes, merges in the order they were learned).
     """
     _require_str(text)
