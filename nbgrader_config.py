@@ -21,3 +21,11 @@ c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedE
 # longest cell is a short training run; 120 s per cell leaves room on a slow machine.
 c.Execute.timeout = 120
 c.Execute.interrupt_on_timeout = True
+
+# Fair, tamper-evident autograding (tfcourse/course/autograde.py): stderr never decides a grade,
+# an integrity report lists assignments into tfcourse/torch/sys/builtins, and each grading kernel
+# may allocate at most $TFCOURSE_GRADING_MEMORY_GB (default 8) GiB.
+from tfcourse.course.autograde import autograde_preprocessors, kernel_memory_limit_arguments  # noqa: E402
+
+c.Autograde.autograde_preprocessors = autograde_preprocessors()
+c.Execute.extra_arguments = ["--HistoryManager.hist_file=:memory:", *kernel_memory_limit_arguments()]

@@ -43,6 +43,7 @@ class LessonGrade:
     exercises: list[ExerciseGrade] = field(default_factory=list)
     problem: str | None = None  # why the notebook could not be graded at all (missing, not JSON, ...)
     feedback: Path | None = None
+    integrity: list[str] = field(default_factory=list)  # the integrity report's findings (cell, line, what)
 
     @property
     def score(self) -> float:
@@ -84,6 +85,11 @@ def _messages(autograded: Path) -> dict[str, str]:
     cells = json.loads(autograded.read_text())["cells"]
     return {c["metadata"]["nbgrader"]["grade_id"]: _message(c)
             for c in cells if c.get("metadata", {}).get("nbgrader", {}).get("grade")}
+
+
+def _integrity(autograded: Path) -> list[str]:
+    """The integrity report that nbgrader_config.py's IntegrityReport left in the notebook's metadata."""
+    return json.loads(autograded.read_text()).get("metadata", {}).get("tfcourse", {}).get("integrity", [])
 
 
 def _read_grades(course: Path, lesson: str, student: str) -> dict[str, tuple[float, float]]:
@@ -155,6 +161,7 @@ def grade_submissions(lesson: str, notebooks: dict[str, Path | None], solutions:
             scores, messages = _read_grades(course, lesson, student), _messages(autograded)
             results[student].exercises = [ExerciseGrade(gid, sc, mx, messages.get(gid, ""))
                                           for gid, (sc, mx) in scores.items()]
+            results[student].integrity = _integrity(autograded)
         if report_dir is not None:
             _nbgrader(["generate_feedback", lesson, "--force"], course, None)
             for student in runnable:
@@ -255,6 +262,8 @@ def print_table(results: list[LessonGrade]) -> None:
         for e in result.exercises:
             status = "pass" if e.passed else "FAIL"
             print(f"  {e.grade_id:<28} {e.score:>4g} / {e.max_score:<4g} {status}  {e.message}")
+        for finding in result.integrity:
+            print(f"  integrity: {finding}")
         if result.feedback:
             print(f"  feedback report: {result.feedback}")
     total, maximum = sum(r.score for r in results), sum(r.max_score for r in results)

@@ -1,0 +1,103 @@
+"""The nbgrader plug-ins of tfcourse.course.autograde: stderr never decides a grade, and the
+integrity report finds what can change how the checks behave."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbgrader.preprocessors import SaveAutoGrades
+
+from tfcourse.course.autograde import (IntegrityReport, StderrIsNotAnError, autograde_preprocessors,
+                                       grading_memory_limit, kernel_memory_limit_arguments, scan_notebook,
+                                       scan_source)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _graded_cell(outputs, **info):
+    cell = nbformat.v4.new_code_cell("check(x)")
+    cell.metadata["nbgrader"] = {"grade": True, "solution": False, "grade_id": "x_tests", "points": 1, **info}
+    cell.outputs = [nbformat.from_dict(o) for o in outputs]
+    return cell
+
+
+def test_stderr_of_graded_cells_becomes_marked_stdout_and_errors_stay():
+    stderr = {"output_type": "stream", "name": "stderr", "text": "a warning\nanother\n"}
+    error = {"output_type": "error", "ename": "CheckFailed", "evalue": "wrong", "traceback": []}
+    plain = nbformat.v4.new_code_cell("print(1)")
+    plain.outputs = [nbformat.from_dict(dict(stderr))]
+    nb = nbformat.v4.new_notebook(cells=[_graded_cell([stderr]), _graded_cell([stderr, error]), plain])
+    nb, _ = StderrIsNotAnError().preprocess(nb, {})
+    first, second, third = nb.cells
+    assert first.outputs[0]["name"] == "stdout" and first.outputs[0]["text"] == "[stderr] a warning\n[stderr] another\n"
+    assert second.outputs[1]["output_type"] == "error"  # an error still scores 0
+    assert third.outputs[0]["name"] == "stderr"  # not graded: left alone
+
+
+def test_the_plug_ins_run_before_the_scores_are_saved():
+    steps = autograde_preprocessors()
+    assert steps.index(StderrIsNotAnError) < steps.index(SaveAutoGrades)
+    assert steps.index(IntegrityReport) < steps.index(SaveAutoGrades)
+    config = (ROOT / "nbgrader_config.py").read_text()
+    assert "autograde_preprocessors()" in config and "kernel_memory_limit_arguments()" in config
+
+
+@pytest.mark.parametrize(("source", "finding"), [
+    ("import tfcourse.checks.ffn as c\nc.check_feed_forward = lambda *a: None", "tfcourse.checks.ffn.check_feed_forward"),
+    ("from tfcourse.checks import core\ncore.compare = print", "tfcourse.checks.core.compare"),
+    ("import torch\ntorch.testing.assert_close = print", "torch.testing.assert_close"),
+    ("from torch import nn\nnn.functional.softmax = print", "torch.nn.functional.softmax"),
+    ("import sys\nsys.stdout = None", "sys.stdout"),
+    ("import sys\nsys.modules['tfcourse.checks.ffn'] = object()", "sys.modules[]"),
+    ("import builtins\nbuiltins.isinstance = lambda *a: True", "builtins.isinstance"),
+    ("get_ipython().showtraceback = print", "get_ipython().showtraceback"),
+    ("import torch\ndel torch.Tensor.__eq__", "deletes `torch.Tensor.__eq__"),
+    ("exec('x = 1')", "exec()"),
+    ("setattr(obj, 'a', 1)", "setattr()"),
+    ("import importlib", "importlib"),
+])
+def test_the_scan_finds_assignments_into_guarded_modules_and_evasions(source, finding):
+    findings = scan_source(source, cell=7)
+    assert any(finding in str(f) and str(f).startswith("cell 7, line") for f in findings), findings
+
+
+@pytest.mark.parametrize("source", [
+    "self.weight = nn.Parameter(torch.ones(3))",
+    "x = torch.zeros(3)\nx[0] = 1",
+    "model.output.weight = model.embed.token.weight",
+    "torch.manual_seed(0)",
+    "%matplotlib inline\ny = 2",
+    "def f(:\n  pass",  # a syntax error is the grader's business, not the report's
+])
+def test_ordinary_code_is_not_reported(source):
+    assert scan_source(source) == []
+
+
+def test_no_lesson_reports_its_own_complete_solution():
+    for path in sorted(ROOT.glob("solutions/[0-9][0-9]_*/[0-9][0-9]_*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        graded = any(c.metadata.get("nbgrader", {}).get("grade") for c in nb.cells)
+        if graded:
+            assert scan_notebook(nb) == [], f"{path.parent.name}: {[str(f) for f in scan_notebook(nb)]}"
+
+
+def test_the_report_goes_to_the_top_of_the_notebook_and_its_metadata():
+    solution = nbformat.v4.new_code_cell("import sys\nsys.stderr = None")
+    solution.metadata["nbgrader"] = {"solution": True, "grade": False, "grade_id": "x_impl"}
+    locked = nbformat.v4.new_code_cell("import tfcourse\ntfcourse.x = 1")  # the course's own cell
+    locked.metadata["nbgrader"] = {"locked": True, "grade_id": "setup"}
+    nb = nbformat.v4.new_notebook(cells=[locked, solution])
+    nb, _ = IntegrityReport().preprocess(nb, {})
+    assert nb.metadata["tfcourse"]["integrity"] == ["cell 1, line 2: assigns to `sys.stderr`"]
+    assert nb.cells[0].cell_type == "markdown" and "Integrity report" in nb.cells[0].source
+    nb, _ = IntegrityReport().preprocess(nb, {})  # run again: one report, not two
+    assert sum("Integrity report" in c.source for c in nb.cells) == 1
+
+
+def test_the_grading_kernel_memory_limit_is_configurable(monkeypatch):
+    monkeypatch.setenv("TFCOURSE_GRADING_MEMORY_GB", "2")
+    assert grading_memory_limit() == 2 * 2**30
+    (argument,) = kernel_memory_limit_arguments()
+    assert argument.startswith("--IPKernelApp.exec_lines=") and str(2 * 2**30) in argument
