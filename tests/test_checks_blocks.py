@@ -4,6 +4,7 @@ the answers themselves are off-limits, and an unfinished exercise says so."""
 from __future__ import annotations
 
 import re
+import sys
 
 import pytest
 import torch
@@ -642,3 +643,94 @@ def test_reference_compositions_agree_with_the_package():
         with torch.no_grad():
             h = _connection(x, lambda t: layer.self_attn(t), layer.norm1, style)
             torch.testing.assert_close(_connection(h, layer.ffn, layer.norm2, style), layer(x))
+
+
+# ----------------------------------------------------------------------------------------------
+# Every module must also run on a GPU: tensors registered, none made on the CPU inside forward
+# ----------------------------------------------------------------------------------------------
+
+
+def with_plain_tensor(cls):
+    """The right module, plus a tensor attribute that is neither a parameter nor a buffer."""
+
+    class Plain(cls):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.scale = torch.ones(1)  # .to("cuda") would leave it on the CPU
+
+    return Plain
+
+
+def with_cpu_tensor(cls, only_pre_ln=False):
+    """The right module, whose forward multiplies by a tensor made on the CPU (torch.ones without device=)."""
+
+    class MadeOnCPU(cls):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.pre_ln = kwargs.get("norm_first", False)
+
+        def forward(self, x, *args, **kwargs):
+            out = super().forward(x, *args, **kwargs)
+            if only_pre_ln and not self.pre_ln:
+                return out
+            return out * torch.ones(out.shape[-1])
+
+    return MadeOnCPU
+
+
+def with_device_aware_tensor(cls):
+    class Fine(cls):
+        def forward(self, x, *args, **kwargs):
+            out = super().forward(x, *args, **kwargs)
+            return out * torch.ones(out.shape[-1], device=out.device, dtype=out.dtype)
+
+    return Fine
+
+
+RIGHT_MODULES = [
+    (check_layer_norm, LayerNormOK, "(8)"),
+    (check_encoder_layer, make_encoder_layer(), "(16, 4, d_ff=None, dropout=0.0, norm_first=False)"),
+    (check_decoder_layer, make_decoder_layer(), "(16, 4, d_ff=None, dropout=0.0, norm_first=False)"),
+    (check_encoder, make_encoder(), "(2, 16, 4, d_ff=None, dropout=0.0, norm_first=False)"),
+]
+
+
+@pytest.mark.parametrize("check, cls, call", RIGHT_MODULES)
+def test_a_plain_tensor_attribute_is_named(check, cls, call):
+    fails(check, with_plain_tensor(cls), f"{call}: self.scale is a plain tensor attribute, which .to(device) "
+                                         "does not move to the GPU; register it with self.register_buffer('scale'")
+
+
+@pytest.mark.parametrize("check, cls, call", RIGHT_MODULES)
+def test_a_tensor_made_on_the_cpu_in_forward_is_named(check, cls, call):
+    fails(check, with_cpu_tensor(cls), f"{call}: your forward creates a tensor on the CPU")
+
+
+@pytest.mark.parametrize("check, cls", [(check_encoder_layer, make_encoder_layer()),
+                                        (check_decoder_layer, make_decoder_layer()),
+                                        (check_encoder, make_encoder())])
+def test_both_arrangements_are_tried_on_another_device(check, cls):
+    fails(check, with_cpu_tensor(cls, only_pre_ln=True), "norm_first=True): your forward creates a tensor on the CPU")
+
+
+@pytest.mark.parametrize("check, cls, _", RIGHT_MODULES)
+def test_a_tensor_made_on_the_input_device_passes(check, cls, _, capfd):
+    check(with_device_aware_tensor(cls))
+    out, err = capfd.readouterr()
+    assert out.startswith("✔ ") and err == ""
+
+
+def with_stderr_print(cls):
+    class Prints(cls):
+        def forward(self, x, *args, **kwargs):
+            print("debug", file=sys.stderr)  # nbgrader would score a test cell with stderr output 0
+            return super().forward(x, *args, **kwargs)
+
+    return Prints
+
+
+@pytest.mark.parametrize("check, cls, _", RIGHT_MODULES)
+def test_a_print_to_stderr_stays_quiet(check, cls, _, capfd):
+    check(with_stderr_print(cls))
+    out, err = capfd.readouterr()
+    assert out.startswith("✔ ") and err == ""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -12,6 +14,7 @@ from tfcourse.checks.ffn import (
     WORKED_STEPS,
     check_collapse_linear,
     check_feed_forward,
+    check_ffn_backward,
     check_load_paper_weights,
     check_positions_affected,
     check_trace_ffn,
@@ -115,6 +118,58 @@ def test_feed_forward_passes(capfd):
 def test_feed_forward_names_the_mistake(learner, message):
     with pytest.raises(CheckFailed, match=message):
         check_feed_forward(learner, hidden=True)
+
+
+class PlainTensorAttribute(FeedForward):
+    def __init__(self, d_model, d_ff=None):
+        super().__init__(d_model, d_ff)
+        self.scale = torch.ones(d_model)  # neither a parameter nor a buffer: .to("cuda") leaves it behind
+
+    def forward(self, x):
+        return super().forward(x) * self.scale
+
+
+class CPUTensorInForward(FeedForward):
+    def forward(self, x):
+        return super().forward(x) * torch.ones(x.shape[-1])  # made on the CPU, whatever x's device
+
+
+class Float32Inside(FeedForward):
+    def forward(self, x):
+        return super().forward(x).float()
+
+
+class BufferAttribute(FeedForward):
+    def __init__(self, d_model, d_ff=None):
+        super().__init__(d_model, d_ff)
+        self.register_buffer("scale", torch.ones(d_model))
+
+    def forward(self, x):
+        return super().forward(x) * torch.ones(x.shape[-1], device=x.device, dtype=x.dtype) * self.scale
+
+
+def test_feed_forward_portable_variant_passes(capfd):
+    assert_passes(check_feed_forward, BufferAttribute, capfd)
+
+
+class PrintsToStderr(FeedForward):
+    def forward(self, x):
+        print("debug", file=sys.stderr)  # nbgrader would score a test cell with stderr output 0
+        return super().forward(x)
+
+
+def test_feed_forward_a_print_to_stderr_stays_quiet(capfd):
+    assert_passes(check_feed_forward, PrintsToStderr, capfd)
+
+
+@pytest.mark.parametrize("learner, message", [
+    (PlainTensorAttribute, r"self\.scale is a plain tensor attribute.*register_buffer\('scale', tensor\)"),
+    (CPUTensorInForward, "your forward creates a tensor on the CPU"),
+    (Float32Inside, r"after \.to\(torch\.float64\) with float64 input your output is torch\.float32"),
+])
+def test_feed_forward_must_run_on_any_device(learner, message):
+    with pytest.raises(CheckFailed, match=message):
+        check_feed_forward(learner)
 
 
 def test_feed_forward_default_d_ff_is_a_hidden_case():
@@ -441,3 +496,175 @@ def test_collapse_passes(learner, capfd):
 def test_collapse_names_the_mistake(learner, message):
     with pytest.raises(CheckFailed, match=message):
         check_collapse_linear(learner, hidden=True)
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercise 6: ffn_backward, the backward pass by hand
+# ----------------------------------------------------------------------------------------------
+
+
+def ffn_backward(x, W1, b1, W2, b2, grad_y):
+    h = x @ W1 + b1  # (B, T, d_ff)
+    a = torch.relu(h)
+    grad_a = grad_y @ W2.T
+    grad_h = grad_a * (h > 0)
+    return {
+        "dx": grad_h @ W1.T,
+        "dW1": torch.einsum("btm,btf->mf", x, grad_h),
+        "db1": grad_h.sum(dim=(0, 1)),
+        "dW2": torch.einsum("btf,btm->fm", a, grad_y),
+        "db2": grad_y.sum(dim=(0, 1)),
+    }
+
+
+def ffn_backward_flattened(x, W1, b1, W2, b2, grad_y):
+    """Another right answer: every position as one row of a matrix, and torch.where for the mask."""
+    rows, grad_rows = x.reshape(-1, x.shape[-1]), grad_y.reshape(-1, grad_y.shape[-1])  # (B*T, d_model)
+    h = rows @ W1 + b1
+    grad_h = torch.where(h > 0, grad_rows @ W2.T, torch.zeros_like(h))
+    return {"db2": grad_rows.sum(0), "dW2": h.clamp(min=0).T @ grad_rows, "db1": grad_h.sum(0),
+            "dW1": rows.T @ grad_h, "dx": (grad_h @ W1.T).reshape(x.shape)}
+
+
+def _backward_with(**changes):
+    def learner(x, W1, b1, W2, b2, grad_y):
+        h = x @ W1 + b1
+        a = torch.relu(h)
+        grad_a = grad_y @ (W2 if changes.get("W2_not_transposed") else W2.T)
+        if changes.get("no_mask"):
+            grad_h = grad_a
+        elif changes.get("relu_on_gradient"):
+            grad_h = torch.relu(grad_a)
+        else:
+            grad_h = grad_a * (h > 0)
+        result = ffn_backward(x, W1, b1, W2, b2, grad_y)
+        result.update({"dx": grad_h @ (W1 if changes.get("W1_not_transposed") else W1.T),
+                       "dW1": torch.einsum("btm,btf->mf", x, grad_h), "db1": grad_h.sum(dim=(0, 1))})
+        if changes.get("dW1_transposed"):
+            result["dW1"] = result["dW1"].T
+        if changes.get("dW2_transposed"):
+            result["dW2"] = result["dW2"].T
+        if changes.get("dW1_per_sequence"):
+            result["dW1"] = x.transpose(-1, -2) @ grad_h  # (B, d_model, d_ff)
+        if changes.get("dW2_per_sequence"):
+            result["dW2"] = a.transpose(-1, -2) @ grad_y
+        if changes.get("dW2_before_relu"):
+            result["dW2"] = torch.einsum("btf,btm->fm", h, grad_y)
+        if changes.get("dW1_mean"):
+            result["dW1"] = result["dW1"] / (x.shape[0] * x.shape[1])
+        if changes.get("db1_per_position"):
+            result["db1"] = grad_h
+        if changes.get("db1_batch_only"):
+            result["db1"] = grad_h.sum(dim=0)
+        if changes.get("db2_time_only"):
+            result["db2"] = grad_y.sum(dim=1)
+        if changes.get("db2_mean"):
+            result["db2"] = grad_y.mean(dim=(0, 1))
+        if changes.get("db2_per_position"):
+            result["db2"] = grad_y
+        return result
+
+    return learner
+
+
+def backward_uses_autograd(x, W1, b1, W2, b2, grad_y):
+    leaves = [t.clone().requires_grad_() for t in (x, W1, b1, W2, b2)]
+    with torch.enable_grad():
+        y = torch.relu(leaves[0] @ leaves[1] + leaves[2]) @ leaves[3] + leaves[4]
+        grads = torch.autograd.grad(y, leaves, grad_y)
+    return dict(zip(("dx", "dW1", "db1", "dW2", "db2"), grads))
+
+
+def backward_uses_func_vjp(x, W1, b1, W2, b2, grad_y):
+    _, vjp = torch.func.vjp(lambda *p: torch.relu(p[0] @ p[1] + p[2]) @ p[3] + p[4], x, W1, b1, W2, b2)
+    return dict(zip(("dx", "dW1", "db1", "dW2", "db2"), vjp(grad_y)))
+
+
+def backward_as_tuple(*args):
+    return tuple(ffn_backward(*args).values())
+
+
+def backward_missing_key(*args):
+    result = ffn_backward(*args)
+    del result["db1"]
+    return result
+
+
+def backward_in_place(x, W1, b1, W2, b2, grad_y):
+    result = ffn_backward(x, W1, b1, W2, b2, grad_y)
+    grad_y.mul_(0.5)
+    return result
+
+
+def backward_stub(*args):
+    raise NotImplementedError()
+
+
+@pytest.mark.parametrize("learner", [ffn_backward, ffn_backward_flattened])
+def test_ffn_backward_passes(learner, capfd):
+    assert_passes(check_ffn_backward, learner, capfd)
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(no_mask=True), r"`dx` .*\*without\* the ReLU mask"),
+    (dict(relu_on_gradient=True), r"`dx` .*the ReLU applied to the gradient"),
+    (dict(W1_not_transposed=True), r"`dx` .*dL/dh W1: going back through x W1 multiplies by W1ᵀ"),
+    (dict(W2_not_transposed=True), r"`dx` .*went back through W2 instead of W2ᵀ"),
+    (dict(dW1_transposed=True), r"`dW1` .*dW1ᵀ: a gradient has the shape of its parameter"),
+    (dict(dW2_transposed=True), r"`dW2` .*dW2ᵀ: a gradient has the shape of its parameter"),
+    (dict(dW1_per_sequence=True), r"`dW1` .*one dW1 per sequence"),
+    (dict(dW2_per_sequence=True), r"`dW2` .*one dW2 per sequence"),
+    (dict(dW2_before_relu=True), r"`dW2` .*\*before\* the ReLU"),
+    (dict(dW1_mean=True), r"`dW1` .*divided by the number of positions"),
+    (dict(db1_per_position=True), r"`db1` .*dL/dh itself, one row per position.*\*sum\* over the batch and time"),
+    (dict(db1_batch_only=True), r"`db1` .*summed over the batch axis only"),
+    (dict(db2_time_only=True), r"`db2` .*summed over the time axis only"),
+    (dict(db2_mean=True), r"`db2` .*the \*mean\* of dL/dy"),
+    (dict(db2_per_position=True), r"`db2` .*dL/dy itself, one row per position"),
+])
+def test_ffn_backward_names_the_mistake(changes, message):
+    with pytest.raises(CheckFailed, match=message):
+        check_ffn_backward(_backward_with(**changes), hidden=True)
+
+
+def test_ffn_backward_transposes_are_named_on_non_square_shapes_too():
+    """After the square case, a transposed dW has the wrong shape: the message still names the mistake."""
+    def transposed_only_when_not_square(x, W1, b1, W2, b2, grad_y):
+        result = ffn_backward(x, W1, b1, W2, b2, grad_y)
+        if W1.shape[0] != W1.shape[1]:
+            result["dW1"] = result["dW1"].T
+        return result
+
+    with pytest.raises(CheckFailed, match=r"`dW1` for the worked example.*dW1ᵀ"):
+        check_ffn_backward(transposed_only_when_not_square)
+
+
+def test_ffn_backward_worked_example_shows_the_numbers():
+    def wrong_only_on_worked_example(x, W1, b1, W2, b2, grad_y):
+        result = ffn_backward(x, W1, b1, W2, b2, grad_y)
+        if x.shape[-1] == 2:
+            result["dx"] = _backward_with(no_mask=True)(x, W1, b1, W2, b2, grad_y)["dx"]
+        return result
+
+    with pytest.raises(CheckFailed, match=r"worked example.*expected \(0, -3\), got \(0, 4\)"):
+        check_ffn_backward(wrong_only_on_worked_example)
+
+
+@pytest.mark.parametrize("learner, message, error", [
+    (backward_uses_autograd, "`torch.autograd.grad` is off-limits", OffLimitsError),
+    (backward_uses_func_vjp, "`torch.func.vjp` is off-limits", OffLimitsError),
+    (backward_as_tuple, "must return a dict", CheckFailed),
+    (backward_missing_key, r"missing the key\(s\) \['db1'\]", CheckFailed),
+    (backward_in_place, "modified input #6 in place", CheckFailed),
+    (backward_stub, "not implemented yet", CheckFailed),
+])
+def test_ffn_backward_structure_off_limits_and_stub(learner, message, error):
+    with pytest.raises(error, match=message):
+        check_ffn_backward(learner)
+
+
+def test_ffn_backward_check_leaves_autograd_usable():
+    check_ffn_backward(ffn_backward)
+    w = torch.ones(2, requires_grad=True)
+    (w * 3).sum().backward()
+    assert torch.equal(w.grad, torch.full((2,), 3.0))

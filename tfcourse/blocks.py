@@ -3,8 +3,9 @@
 Post-LN, the paper's arrangement (default):     z1 = LN(x + MHA(x)),   z2 = LN(z1 + FFN(z1))
 Pre-LN (norm_first=True, GPT-2 and later):      z1 = x + MHA(LN(x)),   z2 = z1 + FFN(LN(z1))
 
-Pre-LN keeps an untouched path from input to output (the residual stream), which trains deep
-stacks without careful warm-up; it then needs one final LayerNorm after the last block.
+Pre-LN keeps an untouched path from input to output (the residual stream): deep stacks train
+stably with larger learning rates and less warm-up (GPT-2/3 and LLaMA still use some). It then
+needs one final LayerNorm after the last block.
 A block never changes the shape (B, T, d_model), so N blocks stack freely.
 """
 

@@ -219,7 +219,7 @@ class GPTConfig:
     n_layers: int = 6  # blocks
     d_ff: int | None = None  # FFN inner width; None means 4 * d_model
     dropout: float = 0.2  # small data overfits quickly; dropout slows that down
-    norm_first: bool = True  # GPT-2's pre-LN: stable training without a long warm-up
+    norm_first: bool = True  # GPT-2's pre-LN: stable with larger learning rates and a shorter warm-up
     positional: str = "learned"  # GPT uses learned position vectors; "sinusoidal" also works
     tie_weights: bool = True  # output layer shares the token table: fewer parameters, better small-data fit
     scale_embedding: bool = False  # GPT-2 does not multiply by sqrt(d_model); see TokenEmbedding

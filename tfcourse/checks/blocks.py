@@ -6,10 +6,14 @@ Every reference and every "usual mistake" output is computed from the package's 
 before the learner's code runs; the learner's module then receives the reference's weights through
 its state_dict, so names must follow the package: self_attn, cross_attn, ffn, norm1, norm2, norm3.
 `hidden=True` runs only the hidden cases: the test cell has already run the visible ones.
+Every module check ends with `expect_portable`: a module that is right on the CPU must also run on a GPU.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -17,10 +21,10 @@ import torch
 from torch import Tensor, nn
 
 from ..attention import causal_mask, padding_mask
-from ..blocks import Decoder, DecoderLayer, Encoder, EncoderLayer, LayerNorm
+from ..blocks import DecoderLayer, Encoder, EncoderLayer, LayerNorm
 from ..models import trace_shapes
-from .core import (CheckFailed, call_learner, compare, expect_unchanged, learner_namespaces, off_limits, one_thread,
-                   passed)
+from .core import (isolated, CheckFailed, call_learner, compare, expect_portable, expect_unchanged, learner_namespaces,
+                   off_limits, one_thread, passed)
 
 # torch's own LayerNorm, under every name it can be reached by: off-limits in every exercise of this lesson.
 LAYER_NORM_BUILTINS = [
@@ -65,6 +69,8 @@ ENCODER_OFF_LIMITS = [
 SHAPE_TABLE_OFF_LIMITS = ["tfcourse.models.trace_shapes"]
 
 ATOL, RTOL = 1e-5, 1e-4
+# The layers' portability is tried in both arrangements: a stray CPU tensor may hide in either branch.
+_BOTH_ARRANGEMENTS = [dict(d_ff=None, dropout=0.0, norm_first=False), dict(d_ff=None, dropout=0.0, norm_first=True)]
 
 
 def _suffix(hidden: bool) -> str:
@@ -94,6 +100,21 @@ def _build(what: str, learner_cls: Any, *args: Any, **kwargs: Any) -> nn.Module:
         raise CheckFailed(f"{getattr(learner_cls, '__name__', learner_cls)} must be an nn.Module subclass "
                           f"(class ...(nn.Module) with super().__init__() first)")
     return module
+
+
+def _expect_portable(learner_cls: Any, off: Sequence[str], exercise: str, args: tuple, options: Sequence[dict],
+                     inputs: Sequence[Any]) -> None:
+    """After the values are right: fresh modules (one per set of keyword options, e.g. post-LN and pre-LN)
+    must follow their input to another dtype and device, as a GPU run needs."""
+    name = getattr(learner_cls, "__name__", "your module")
+    for kwargs in options:
+        shown = ", ".join([*map(str, args), *(f"{k}={v}" for k, v in kwargs.items())])
+        call = f"{name}({shown})"
+        # quietly: a print to stderr in the learner's forward would cost the test cell its points
+        with off_limits(off, exercise, learner_namespaces(learner_cls)), warnings.catch_warnings(), \
+                contextlib.redirect_stderr(io.StringIO()):
+            warnings.simplefilter("ignore")
+            expect_portable(call, _build(call, learner_cls, *args, **kwargs), inputs)
 
 
 def _load_reference_weights(module: nn.Module, reference: nn.Module, names_hint: str) -> None:
@@ -161,6 +182,7 @@ def _layer_norm_mistakes(x: Tensor, weight: Tensor, bias: Tensor, eps: float) ->
     return mistakes
 
 
+@isolated
 @one_thread
 def check_layer_norm(learner_cls: Any, hidden: bool = False) -> None:
     """LN(x) = gain · (x − mean) / sqrt(var + eps) + bias over the last dimension, biased variance."""
@@ -211,6 +233,7 @@ def check_layer_norm(learner_cls: Any, hidden: bool = False) -> None:
                 actual = call_learner(f"{call}.forward(x) for {description}", module, x)
         expect_unchanged([x_before], [x], f"LayerNorm on {description}")
         compare(actual, expected, f"LayerNorm on {description}", mistakes, atol=ATOL, rtol=RTOL)
+    _expect_portable(learner_cls, LAYER_NORM_OFF_LIMITS, "LayerNorm", (8,), [{}], [torch.randn(2, 3, 8)])
     passed(f"LayerNorm matches the reference on {len(cases)} inputs" + _suffix(hidden))
 
 
@@ -275,6 +298,7 @@ _CONNECTION_MISTAKES = {
 }
 
 
+@isolated
 @one_thread
 def check_sublayer_connection(learner_fn: Any, hidden: bool = False) -> None:
     """sublayer_connection(x, sublayer, norm, norm_first): LN(x + F(x)) or x + F(LN(x))."""
@@ -370,6 +394,7 @@ def _encoder_layer_cases(hidden: bool) -> list[dict]:
     return cases
 
 
+@isolated
 @one_thread
 def check_encoder_layer(learner_cls: Any, hidden: bool = False) -> None:
     """Self-attention -> FFN, each wrapped by sublayer_connection; post-LN by default, pre-LN with norm_first."""
@@ -406,6 +431,8 @@ def check_encoder_layer(learner_cls: Any, hidden: bool = False) -> None:
             actual = _run_layer(what, module, x, mask)
         expect_unchanged([x_before], [x], what)
         compare(actual, expected, what, mistakes, atol=ATOL, rtol=RTOL)
+    _expect_portable(learner_cls, ENCODER_LAYER_OFF_LIMITS, "encoder layer", (16, 4), _BOTH_ARRANGEMENTS,
+                     [torch.randn(2, 5, 16), _padding([5, 3], 5)])
     passed(f"EncoderLayer matches the reference (post-LN and pre-LN) on {len(cases)} cases" + _suffix(hidden))
 
 
@@ -483,6 +510,7 @@ def _decoder_mistakes(reference: DecoderLayer, x: Tensor, memory: Tensor, self_m
     return mistakes
 
 
+@isolated
 @one_thread
 def check_decoder_layer(learner_cls: Any, hidden: bool = False) -> None:
     """Masked self-attention -> cross-attention (Q from the decoder, K/V from H) -> FFN, each wrapped."""
@@ -516,6 +544,8 @@ def check_decoder_layer(learner_cls: Any, hidden: bool = False) -> None:
             raise CheckFailed(f"{what}: your output has the *source* length {memory.shape[1]}; the decoder's "
                               f"output keeps its own shape {tuple(x.shape)}: queries come from the decoder")
         compare(actual, expected, what, mistakes, atol=ATOL, rtol=RTOL)
+    _expect_portable(learner_cls, DECODER_LAYER_OFF_LIMITS, "decoder layer", (16, 4), _BOTH_ARRANGEMENTS,
+                     [torch.randn(2, 4, 16), torch.randn(2, 6, 16), causal_mask(4), _padding([6, 3], 6)])
     passed(f"DecoderLayer matches the reference (post-LN and pre-LN) on {len(cases)} cases" + _suffix(hidden))
 
 
@@ -524,6 +554,7 @@ def check_decoder_layer(learner_cls: Any, hidden: bool = False) -> None:
 # ----------------------------------------------------------------------------------------------
 
 
+@isolated
 @one_thread
 def check_encoder(learner_cls: Any, hidden: bool = False) -> None:
     """N encoder layers with their own weights; pre-LN ends with one LayerNorm; (B, T, d_model) in and out."""
@@ -587,6 +618,8 @@ def check_encoder(learner_cls: Any, hidden: bool = False) -> None:
             actual = _run_layer(what, module, x, mask)
         expect_unchanged([x_before], [x], what)
         compare(actual, expected, what, mistakes, atol=ATOL, rtol=RTOL)
+    _expect_portable(learner_cls, ENCODER_OFF_LIMITS, "encoder stack", (2, 16, 4), _BOTH_ARRANGEMENTS,
+                     [torch.randn(2, 5, 16), _padding([5, 3], 5)])
     passed(f"Encoder matches the reference on {len(cases)} stacks (post-LN and pre-LN)" + _suffix(hidden))
 
 
@@ -650,6 +683,7 @@ def _shape_mistakes(key: str, batch: int, n: int, m: int, d_model: int, n_heads:
     return per_key.get(key, {})
 
 
+@isolated
 @one_thread
 def check_shape_table(learner_fn: Any, hidden: bool = False) -> None:
     """The learner's table 3-1 (a dict stage -> shape) against shapes traced through a real model."""

@@ -5,17 +5,24 @@
     check_trace_ffn(trace_ffn)                   every intermediate, the seed's worked example first
     check_positions_affected(positions_affected) which output positions move when input t moves
     check_collapse_linear(collapse_linear)       two linear maps without ReLU are one linear map
+    check_ffn_backward(ffn_backward)             the FFN's backward pass by hand, against autograd
+
+A module the learner writes must also run on a GPU: check_feed_forward ends with `expect_portable`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
+import warnings
+
 import torch
 from torch import Tensor, nn
 
-from ..ffn import (WORKED_B1, WORKED_B2, WORKED_STEPS, WORKED_W1, WORKED_W2, WORKED_X, PositionwiseFeedForward,
+from ..ffn import (WORKED_B1, WORKED_B2, WORKED_W1, WORKED_W2, WORKED_X, PositionwiseFeedForward,
                    worked_example_weights)
-from .core import (CheckFailed, call_learner, compare, expect_unchanged, hidden_note, learner_namespaces,
-                   off_limits, passed, seeded)
+from .core import (isolated, CheckFailed, _close, call_learner, compare, expect_portable, expect_unchanged, hidden_note,
+                   learner_namespaces, off_limits, passed, seeded)
 
 # While the learner's FFN runs, the answer itself is off-limits. (torch has no stand-alone FFN
 # module to forbid: its only one lives inside nn.TransformerEncoderLayer.)
@@ -59,6 +66,7 @@ def _build(learner_cls, d_model: int, d_ff: int | None) -> nn.Module:
     return module.eval()
 
 
+@isolated
 def check_feed_forward(learner_cls, hidden: bool = False) -> None:
     """FFN(x) = max(0, x W1 + b1) W2 + b2 on (B, T, d_model) inputs; d_ff defaults to 4 d_model."""
     cases = [(2, 5, 8, 32), (1, 1, 4, 16)]
@@ -87,12 +95,19 @@ def check_feed_forward(learner_cls, hidden: bool = False) -> None:
             if module.linear1.out_features != reference.d_ff:
                 raise CheckFailed(f"linear1 should map d_model={d_model} to d_ff={reference.d_ff}, "
                                   f"got {module.linear1.out_features} (d_ff defaults to 4 * d_model)")
-            module.load_state_dict(reference.state_dict())
+            module.load_state_dict(reference.state_dict(), strict=False)  # extra buffers of yours may stay
             x_before = x.clone()
             with torch.no_grad():
                 actual = call_learner("forward(x)", module, x)
         expect_unchanged([x_before], [x], "forward(x)")
         compare(actual, expected, f"FFN output for x of shape {tuple(x.shape)}", mistakes)
+    # Right on the CPU; now a fresh one must also follow the input to another device and dtype.
+    with off_limits(FFN_OFF_LIMITS, "feed-forward network", learner_namespaces(learner_cls)):
+        fresh = _build(learner_cls, 8, 32)
+        # quietly: a print to stderr in the learner's forward would cost the test cell its points
+        with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
+            warnings.simplefilter("ignore")
+            expect_portable(f"{learner_cls.__name__}(8, 32)", fresh, [torch.randn(2, 5, 8)])
     passed(f"FeedForward matches the reference on {len(cases)} shapes" + hidden_note(hidden))
 
 
@@ -105,6 +120,7 @@ def _shares_memory(a: Tensor, b: Tensor) -> bool:
     return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
 
 
+@isolated
 def check_load_paper_weights(load_fn, hidden: bool = False) -> None:
     """load_paper_weights(ffn, W1, b1, W2, b2) sets ffn.linear1/linear2 so that ffn computes
     max(0, x W1 + b1) W2 + b2 with W1 of shape (d_model, d_ff) and W2 of shape (d_ff, d_model)."""
@@ -182,6 +198,7 @@ def _trace_cases(hidden: bool) -> list[tuple[str, nn.Module, Tensor]]:
     return cases
 
 
+@isolated
 def check_trace_ffn(trace_fn, hidden: bool = False) -> None:
     """trace_ffn(ffn, x) -> {"hidden": x W1 + b1, "activated": ReLU(hidden), "output": FFN(x),
     "residual": x + FFN(x)} for any ffn with linear1 and linear2 and any x of shape (..., d_model)."""
@@ -254,6 +271,7 @@ def _affected(kind: str, length: int, t: int) -> Tensor:
             "shift": positions == t + 1}[kind]
 
 
+@isolated
 def check_positions_affected(learner_fn, hidden: bool = False) -> None:
     """positions_affected(layer, x, t) -> bool tensor (T,): True where layer's output changes when
     the input at position t changes. x: (B, T, d_model)."""
@@ -288,6 +306,7 @@ def check_positions_affected(learner_fn, hidden: bool = False) -> None:
 # ----------------------------------------------------------------------------------------------
 
 
+@isolated
 def check_collapse_linear(learner_fn, hidden: bool = False) -> None:
     """collapse_linear(linear1, linear2) -> (weight, bias) of the one nn.Linear-style map
     x -> x @ weight.T + bias that equals linear2(linear1(x))."""
@@ -319,7 +338,157 @@ def check_collapse_linear(learner_fn, hidden: bool = False) -> None:
            + hidden_note(hidden))
 
 
+# ----------------------------------------------------------------------------------------------
+# Exercise 6: the backward pass by hand
+# ----------------------------------------------------------------------------------------------
+
+# Computing the gradients is the exercise: autograd, in every form, is off-limits while it runs.
+BACKWARD_OFF_LIMITS = [
+    "torch.autograd.grad",
+    "torch.autograd.backward",
+    "torch.Tensor.backward",
+    "torch.autograd.functional.vjp",
+    "torch.autograd.functional.jacobian",
+    "torch.func.grad",
+    "torch.func.vjp",
+    "torch.func.jacrev",
+]
+BACKWARD_KEYS = ("dx", "dW1", "db1", "dW2", "db2")
+BACKWARD_ATOL, BACKWARD_RTOL = 1e-4, 1e-4
+
+
+def _backward_cases(hidden: bool) -> list[tuple[str, dict[str, Tensor]]]:
+    """(label, inputs): x (B, T, d_model), W1 (d_model, d_ff), b1, W2 (d_ff, d_model), b2, grad_y like x."""
+    # A square case first (d_model = d_ff): there a missing transpose gives wrong values, not a crash.
+    shapes = [(2, 3, 4, 4), (2, 5, 8, 32)]
+    if hidden:
+        # a batch of 1 with T = 1; T = 1; a batch of 1; another square case
+        shapes += [(1, 1, 3, 12), (3, 1, 5, 7), (1, 6, 4, 10), (4, 3, 6, 6)]
+    cases = []
+    for seed, (batch, length, d_model, d_ff) in enumerate(shapes):
+        g = seeded(500 + seed)
+        cases.append((f"x of shape {(batch, length, d_model)}, d_ff={d_ff}", {
+            "x": torch.randn(batch, length, d_model, generator=g),
+            "W1": torch.randn(d_model, d_ff, generator=g) / d_model**0.5,
+            "b1": 0.5 * torch.randn(d_ff, generator=g),
+            "W2": torch.randn(d_ff, d_model, generator=g) / d_ff**0.5,
+            "b2": 0.5 * torch.randn(d_model, generator=g),
+            "grad_y": torch.randn(batch, length, d_model, generator=g),
+        }))
+    # Second, the worked example with L = the sum of the two outputs, so dL/dy = (1, 1).
+    worked = worked_example_weights()
+    cases.insert(1, (f"{WORKED_LABEL} with dL/dy = (1, 1)", {
+        "x": worked["x"].view(1, 1, 2), "W1": worked["W1"], "b1": worked["b1"], "W2": worked["W2"],
+        "b2": worked["b2"], "grad_y": torch.ones(1, 1, 2)}))
+    return cases
+
+
+def _autograd_reference(t: dict[str, Tensor]) -> dict[str, Tensor]:
+    """The right answer, by autograd in float64 (computed before the learner's code runs)."""
+    leaves = {k: t[k].double().requires_grad_() for k in ("x", "W1", "b1", "W2", "b2")}
+    with torch.enable_grad():
+        y = torch.relu(leaves["x"] @ leaves["W1"] + leaves["b1"]) @ leaves["W2"] + leaves["b2"]
+        grads = torch.autograd.grad(y, list(leaves.values()), grad_outputs=t["grad_y"].double())
+    return {f"d{k}": grad.to(t["x"].dtype) for k, grad in zip(leaves, grads)}
+
+
+def _backward_mistakes(t: dict[str, Tensor]) -> dict[str, dict[str, Tensor]]:
+    """What the usual mistakes return, key by key; some have other shapes than the right answer."""
+    x, W1, b1, W2, gy = (t[k].double() for k in ("x", "W1", "b1", "W2", "grad_y"))
+    dtype = t["x"].dtype
+    h = x @ W1 + b1  # (B, T, d_ff)
+    a = torch.relu(h)
+    mask = (h > 0).double()
+    ga = gy @ W2.T  # dL/da, (B, T, d_ff)
+    gh = ga * mask  # dL/dh
+    square = W1.shape[0] == W1.shape[1]
+    positions = x.shape[0] * x.shape[1]
+
+    def outer(left: Tensor, right: Tensor) -> Tensor:  # sum over every position of leftᵀ right
+        return left.flatten(0, -2).T @ right.flatten(0, -2)
+
+    def per_sequence(left: Tensor, right: Tensor) -> Tensor:  # one leftᵀ right per batch row
+        return left.transpose(-1, -2) @ right  # (B, ., .)
+
+    no_mask = "the gradient *without* the ReLU mask: the ReLU lets dL/da through only where h = x W1 + b1 > 0"
+    relu_grad = ("max(0, dL/da), the ReLU applied to the gradient: the mask depends on the sign of "
+                 "h = x W1 + b1, not on the sign of the gradient")
+    via_W2 = "a gradient that went back through W2 instead of W2ᵀ: dL/da = dL/dy W2ᵀ"
+    gh_relu = torch.relu(ga)  # the ReLU applied to the gradient instead of the mask
+    shared = ("{name} is shared by every position of every sequence, so its gradient is the *sum* over the "
+              "batch and time axes")
+    mistakes: dict[str, dict[str, Tensor]] = {
+        "dx": {no_mask: ga @ W1.T, relu_grad: gh_relu @ W1.T},
+        "dW1": {no_mask: outer(x, ga), relu_grad: outer(x, gh_relu),
+                "dL/dhᵀ x, i.e. dW1ᵀ: a gradient has the shape of its parameter, W1 is (d_model, d_ff), "
+                "so dW1 = xᵀ dL/dh": outer(gh, x),
+                "one dW1 per sequence, shape (B, d_model, d_ff): " + shared.format(name="W1"): per_sequence(x, gh),
+                "xᵀ dL/dh divided by the number of positions: " + shared.format(name="W1"): outer(x, gh) / positions},
+        "db1": {no_mask: ga.sum(dim=(0, 1)), relu_grad: gh_relu.sum(dim=(0, 1)),
+                "dL/dh itself, one row per position: " + shared.format(name="b1"): gh,
+                "dL/dh summed over the batch axis only: " + shared.format(name="b1"): gh.sum(dim=0),
+                "dL/dh summed over the time axis only: " + shared.format(name="b1"): gh.sum(dim=1),
+                "the *mean* of dL/dh over the positions: " + shared.format(name="b1"): gh.mean(dim=(0, 1))},
+        "dW2": {"hᵀ dL/dy with h taken *before* the ReLU: W2 multiplies a = max(0, h)": outer(h, gy),
+                "dL/dyᵀ a, i.e. dW2ᵀ: a gradient has the shape of its parameter, W2 is (d_ff, d_model), "
+                "so dW2 = aᵀ dL/dy": outer(gy, a),
+                "one dW2 per sequence, shape (B, d_ff, d_model): " + shared.format(name="W2"): per_sequence(a, gy),
+                "aᵀ dL/dy divided by the number of positions: " + shared.format(name="W2"): outer(a, gy) / positions},
+        "db2": {"dL/dy itself, one row per position: " + shared.format(name="b2"): gy,
+                "dL/dy summed over the batch axis only: " + shared.format(name="b2"): gy.sum(dim=0),
+                "dL/dy summed over the time axis only: " + shared.format(name="b2"): gy.sum(dim=1),
+                "the *mean* of dL/dy over the positions: " + shared.format(name="b2"): gy.mean(dim=(0, 1))},
+    }
+    if square:  # only here do the wrong products have the right shape
+        gh_w2 = (gy @ W2) * mask  # back through W2 instead of W2ᵀ
+        mistakes["dx"]["dL/dh W1: going back through x W1 multiplies by W1ᵀ, dx = dL/dh W1ᵀ"] = gh @ W1
+        for key, value in {"dx": gh_w2 @ W1.T, "dW1": outer(x, gh_w2), "db1": gh_w2.sum(dim=(0, 1))}.items():
+            mistakes[key][via_W2] = value
+    return {key: {text: value.to(dtype) for text, value in per_key.items()} for key, per_key in mistakes.items()}
+
+
+def _compare_gradient(actual: object, expected: Tensor, what: str, mistakes: dict[str, Tensor]) -> None:
+    """compare(), but a mistake may also have another shape than the answer (a bias gradient per position)."""
+    if isinstance(actual, Tensor) and actual.shape != expected.shape:
+        for description, wrong in mistakes.items():
+            if _close(actual.detach(), wrong, BACKWARD_ATOL, BACKWARD_RTOL):
+                raise CheckFailed(f"{what}: your output equals {description}")
+    compare(actual, expected, what, mistakes, atol=BACKWARD_ATOL, rtol=BACKWARD_RTOL)
+
+
+@isolated
+def check_ffn_backward(learner_fn, hidden: bool = False) -> None:
+    """ffn_backward(x, W1, b1, W2, b2, grad_y) -> {"dx", "dW1", "db1", "dW2", "db2"}: the gradients of
+    L through y = max(0, x W1 + b1) W2 + b2 (paper convention), given grad_y = dL/dy; x: (B, T, d_model)."""
+    cases = _backward_cases(hidden)
+    for label, t in cases:
+        expected = _autograd_reference(t)
+        mistakes = _backward_mistakes(t)
+        given = [t[k] for k in ("x", "W1", "b1", "W2", "b2", "grad_y")]
+        before = [v.clone() for v in given]
+        what = f"ffn_backward for {label}"
+        with off_limits(BACKWARD_OFF_LIMITS, "the FFN's backward pass by hand", learner_namespaces(learner_fn)):
+            result = call_learner(what, learner_fn, *given)
+        expect_unchanged(before, given, "ffn_backward")
+        if not isinstance(result, dict):
+            raise CheckFailed(f"ffn_backward must return a dict with keys {list(BACKWARD_KEYS)}, "
+                              f"got {type(result).__name__}")
+        missing = [key for key in BACKWARD_KEYS if key not in result]
+        if missing:
+            raise CheckFailed(f"ffn_backward's dict is missing the key(s) {missing}; expected keys {list(BACKWARD_KEYS)}")
+        for key in BACKWARD_KEYS:
+            try:
+                _compare_gradient(result[key], expected[key], f"`{key}` for {label}", mistakes[key])
+            except CheckFailed as error:
+                if label.startswith(WORKED_LABEL) and isinstance(result[key], Tensor):  # tiny: show the numbers
+                    raise CheckFailed(f"{error} — expected {_fmt(expected[key])}, got {_fmt(result[key])}") from None
+                raise
+    passed(f"ffn_backward agrees with autograd on {len(cases)} inputs, the ReLU's mask, the transposes and the "
+           "sums over positions included" + hidden_note(hidden))
+
+
 __all__ = [
-    "FFN_OFF_LIMITS", "check_feed_forward", "check_load_paper_weights", "check_trace_ffn",
-    "check_positions_affected", "check_collapse_linear", "worked_example_weights",
+    "FFN_OFF_LIMITS", "BACKWARD_OFF_LIMITS", "BACKWARD_KEYS", "check_feed_forward", "check_load_paper_weights",
+    "check_trace_ffn", "check_positions_affected", "check_collapse_linear", "check_ffn_backward",
+    "worked_example_weights",
 ]
