@@ -31,3 +31,27 @@ def test_bench_main_prints_each_figure(capsys, monkeypatch):
     assert bench.main(["--only", "kv"]) == 0
     out = capsys.readouterr().out
     assert "6.0x faster" in out and f"torch {torch.__version__}" in out
+
+
+def test_the_plain_pytorch_baseline_is_the_same_size_as_the_course_gpt():
+    from tfcourse.models import GPT, count_parameters
+    from tfcourse.training.recipes import CPU_RECIPE
+
+    m = CPU_RECIPE.model
+    plain = bench.PlainGPT(65, m.max_len, m.d_model, m.n_heads, m.n_layers)
+    ours = GPT(CPU_RECIPE.gpt_config(65))
+    assert count_parameters(plain) == count_parameters(ours)
+    ids = torch.randint(0, 65, (2, 16))
+    assert plain(ids).shape == (2, 16, 65)
+    # causal: changing the last token changes no earlier logit
+    changed = ids.clone()
+    changed[:, -1] = (changed[:, -1] + 1) % 65
+    torch.testing.assert_close(plain(ids)[:, :-1], plain(changed)[:, :-1])
+
+
+def test_bench_baseline_and_time_to_loss_run():
+    text = "".join(chr(97 + (i * 7) % 26) for i in range(3000))  # a periodic text: learned fast
+    plain = bench.bench_baseline(text, steps=3)
+    assert plain["steps"] == 3 and plain["tokens_per_sec"] > 0
+    reached = bench.bench_time_to_loss(text, target=3.0, eval_interval=5, eval_steps=2)
+    assert reached["step"] is not None and reached["val_loss"] < 3.0 and reached["seconds"] > 0
