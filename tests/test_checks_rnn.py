@@ -1,5 +1,5 @@
 """The checks of lesson 10 (RNN vs Transformer): right answers pass with one line, every named mistake
-is recognised, torch's RNN is off-limits, and a stub says it is not implemented yet."""
+is recognised, torch's RNN and LSTM are off-limits, and a stub says it is not implemented yet."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import torch
 from tfcourse.checks.core import CheckFailed, OffLimitsError
 import tfcourse.data.recall
 import tfcourse.rnn
-from tfcourse.checks.rnn import check_path_length, check_recall_batch, check_rnn_forward
+from tfcourse.checks.rnn import check_lstm_cell, check_path_length, check_recall_batch, check_rnn_forward
 from check_helpers import assert_passes, stub
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
@@ -92,7 +92,142 @@ def test_rnn_stub():
 
 
 # ----------------------------------------------------------------------------------------------
-# Exercise 2: path_length
+# Exercise 2: lstm_cell
+# ----------------------------------------------------------------------------------------------
+
+
+def make_lstm(order="ifgo", tanh_on=(), sigmoid_g=False, cell_tanh=True, h_from_old_c=False,
+              forget_on_input=False, no_input_gate=False, recur=True, swap_outputs=False, return_tanh_c=False,
+              in_place=False, only_h=False):
+    """An LSTM step written independently of the check: one weight slice per gate."""
+    def lstm_cell(x, h, c, w_xh, w_hh, b):
+        if in_place:
+            c.mul_(1.0)
+            c[0, 0] += 1.0
+        size = h.shape[1]
+        gates = {}
+        for k, name in enumerate(order):
+            part = slice(k * size, (k + 1) * size)
+            pre = x @ w_xh[:, part] + b[part] + (h @ w_hh[:, part] if recur else 0)
+            squash = torch.tanh if (name in tanh_on or (name == "g" and not sigmoid_g)) else torch.sigmoid
+            gates[name] = squash(pre)
+        i, f, g, o = gates["i"], gates["f"], gates["g"], gates["o"]
+        if forget_on_input:
+            c_next = i * c + f * g
+        else:
+            c_next = f * c + (g if no_input_gate else i * g)
+        cell = c if h_from_old_c else c_next
+        h_next = o * (torch.tanh(cell) if cell_tanh else cell)
+        if only_h:
+            return h_next
+        returned_c = torch.tanh(c_next) if return_tanh_c else c_next
+        return (returned_c, h_next) if swap_outputs else (h_next, returned_c)
+
+    return lstm_cell
+
+
+def lstm_by_columns(x, h, c, w_xh, w_hh, b):
+    """A correct alternative: one product, weights concatenated, gates by torch.split, a list returned."""
+    stacked = torch.cat([x, h], dim=1) @ torch.cat([w_xh, w_hh], dim=0) + b  # (B, 4H)
+    i, f, g, o = torch.split(stacked, h.shape[1], dim=1)
+    c_next = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+    return [torch.sigmoid(o) * torch.tanh(c_next), c_next]
+
+
+@pytest.mark.parametrize("learner", [make_lstm(), lstm_by_columns], ids=["per-gate slices", "concatenated"])
+def test_lstm_accepts_correct_answers(learner, capfd):
+    assert_passes(check_lstm_cell, learner, capfd)
+
+
+@pytest.mark.parametrize(("wrong", "message"), [
+    (make_lstm(order="ifog"), r"chunks read as \(i, f, o, g\): PyTorch's order is i, f, g, o"),
+    (make_lstm(order="igfo"), r"chunks read as \(i, g, f, o\)"),
+    (make_lstm(order="oifg"), r"chunks read as \(o, i, f, g\)"),
+    (make_lstm(tanh_on="i"), r"tanh instead of the sigmoid on the input gate i"),
+    (make_lstm(tanh_on="f"), r"tanh instead of the sigmoid on the forget gate f"),
+    (make_lstm(tanh_on="o"), r"tanh instead of the sigmoid on the output gate o"),
+    (make_lstm(sigmoid_g=True), r"sigmoid on the candidate g"),
+    (make_lstm(cell_tanh=False), r"without tanh on c' for the output"),
+    (make_lstm(forget_on_input=True), r"forget gate applied to the new input"),
+    (make_lstm(order="figo"), r"forget gate applied to the new input"),  # the same cell, reached by a swap
+    (make_lstm(h_from_old_c=True), r"h' computed from the old cell c"),
+    (make_lstm(no_input_gate=True), r"without the input gate"),
+    (make_lstm(recur=False), r"without the recurrent term h @ w_hh"),
+    (make_lstm(swap_outputs=True), r"returned \(c', h'\): return \(h', c'\) in that order"),
+    (make_lstm(return_tanh_c=True), r"c': your output equals tanh\(c'\)"),
+    (make_lstm(only_h=True), r"must return the pair \(h', c'\), got Tensor"),
+    (make_lstm(in_place=True), r"lstm_cell: your code modified input #3 in place"),
+])
+def test_lstm_names_the_mistake(wrong, message):
+    with pytest.raises(CheckFailed, match=message):
+        check_lstm_cell(wrong, hidden=True)
+
+
+def test_lstm_messages_are_one_line():
+    for wrong in (make_lstm(order="ifog"), make_lstm(cell_tanh=False), make_lstm(swap_outputs=True)):
+        with pytest.raises(CheckFailed) as failure:
+            check_lstm_cell(wrong)
+        assert "\n" not in str(failure.value)
+
+
+def test_lstm_every_named_mistake_is_a_different_cell():
+    """On the check's first input no two named mistakes (nor a mistake and the answer) coincide."""
+    from tfcourse.checks.core import _close
+    from tfcourse.checks.rnn import _lstm_mistakes
+    from tfcourse.rnn import torch_lstm_cell
+
+    g = torch.Generator().manual_seed(100)
+    x, h, c = torch.randn(2, 3, generator=g), torch.randn(2, 4, generator=g), 2 * torch.randn(2, 4, generator=g)
+    w_xh, w_hh, b = torch.randn(3, 16, generator=g), torch.randn(4, 16, generator=g) / 2, torch.randn(16, generator=g)
+    outputs = [torch_lstm_cell(x, h, c, w_xh, w_hh, b)[0], *_lstm_mistakes(x, h, c, w_xh, w_hh, b).values()]
+    assert len(outputs) == 1 + 1 + 22 + 3 + 5  # the answer, f on the input, 22 other orders, 3 gates, 5 more
+    for k, one in enumerate(outputs):
+        assert not any(_close(one, other, 1e-5, 1e-4) for other in outputs[k + 1:])
+
+
+def test_lstm_reference_is_off_limits():
+    with pytest.raises(OffLimitsError, match="tfcourse.rnn.lstm_cell"):
+        check_lstm_cell(lambda *args: tfcourse.rnn.lstm_cell(*args))
+
+
+def test_lstm_torch_builtins_are_off_limits():
+    def with_module(x, h, c, w_xh, w_hh, b):
+        return torch.nn.LSTMCell(w_xh.shape[0], h.shape[1])(x, (h, c))
+
+    with pytest.raises(OffLimitsError, match="torch.nn.LSTMCell"):
+        check_lstm_cell(with_module)
+
+    def with_layer(x, h, c, w_xh, w_hh, b):
+        out, (h_n, c_n) = torch.nn.LSTM(w_xh.shape[0], h.shape[1], batch_first=True)(x[:, None], (h[None], c[None]))
+        return h_n[0], c_n[0]
+
+    with pytest.raises(OffLimitsError, match="torch.nn.LSTM"):
+        check_lstm_cell(with_layer)
+
+    def with_function(x, h, c, w_xh, w_hh, b):
+        return torch.lstm_cell(x, (h, c), w_xh.T, w_hh.T, b, torch.zeros_like(b))
+
+    with pytest.raises(OffLimitsError, match="torch.lstm_cell"):
+        check_lstm_cell(with_function)
+
+
+def test_lstm_reference_equals_torch():
+    """The hand-written reference (which the lesson's solution mirrors) equals nn.LSTMCell."""
+    g = torch.Generator().manual_seed(7)
+    x, h, c = torch.randn(3, 5, generator=g), torch.randn(3, 4, generator=g), torch.randn(3, 4, generator=g)
+    w_xh, w_hh, b = torch.randn(5, 16, generator=g), torch.randn(4, 16, generator=g), torch.randn(16, generator=g)
+    for ours, torch_s in zip(tfcourse.rnn.lstm_cell(x, h, c, w_xh, w_hh, b),
+                             tfcourse.rnn.torch_lstm_cell(x, h, c, w_xh, w_hh, b)):
+        torch.testing.assert_close(ours, torch_s, atol=1e-6, rtol=1e-5)
+
+
+def test_lstm_stub():
+    with pytest.raises(CheckFailed, match="not implemented yet"):
+        check_lstm_cell(stub)
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercise 3: path_length
 # ----------------------------------------------------------------------------------------------
 
 
@@ -148,7 +283,7 @@ def test_path_length_stub():
 
 
 # ----------------------------------------------------------------------------------------------
-# Exercise 3: make_recall_batch
+# Exercise 4: make_recall_batch
 # ----------------------------------------------------------------------------------------------
 
 

@@ -1,6 +1,8 @@
-"""The recurrent network the Transformer replaced, for lesson 10's comparison.
+"""The recurrent networks the Transformer replaced, for lesson 10's comparison.
 
-    h_t = tanh(x_t W_xh + h_{t-1} W_hh + b)
+    RNN:   h_t = tanh(x_t W_xh + h_{t-1} W_hh + b)
+    LSTM:  i, f, g, o = chunks of x_t W_xh + h_{t-1} W_hh + b   (PyTorch's order)
+           c_t = sigmoid(f) * c_{t-1} + sigmoid(i) * tanh(g);   h_t = sigmoid(o) * tanh(c_t)
 
 Each state needs the one before it, so the T steps run one after another; and information from
 token i reaches position j only after j - i such steps (the path length).
@@ -38,4 +40,28 @@ def rnn_forward(x: Tensor, w_xh: Tensor, w_hh: Tensor, b: Tensor, h0: Tensor | N
     return states
 
 
-__all__ = ["path_length", "rnn_forward"]
+def lstm_cell(x: Tensor, h: Tensor, c: Tensor, w_xh: Tensor, w_hh: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
+    """One LSTM step, gates in PyTorch's order i, f, g, o: x (B, D), h and c (B, H), w_xh (D, 4H),
+    w_hh (H, 4H), b (4H,) -> (h', c'), each (B, H)."""
+    gates = x @ w_xh + h @ w_hh + b  # (B, 4H): all four gates in one product
+    i, f, g, o = gates.chunk(4, dim=-1)  # (B, H) each
+    i, f, o = torch.sigmoid(i), torch.sigmoid(f), torch.sigmoid(o)  # fractions in (0, 1)
+    g = torch.tanh(g)  # the candidate, in (-1, 1): it can add or subtract
+    c_next = f * c + i * g  # keep part of the old cell, add part of the candidate
+    h_next = o * torch.tanh(c_next)  # (B, H)
+    return h_next, c_next
+
+
+def torch_lstm_cell(x: Tensor, h: Tensor, c: Tensor, w_xh: Tensor, w_hh: Tensor,
+                    b: Tensor) -> tuple[Tensor, Tensor]:
+    """torch's own nn.LSTMCell with the given weights (the independent reference for lstm_cell)."""
+    cell = nn.LSTMCell(w_xh.shape[0], w_hh.shape[0]).to(x.device, x.dtype)
+    with torch.no_grad():
+        cell.weight_ih.copy_(w_xh.T)  # nn.LSTMCell stores (4H, D): x W_ih^T, chunks i, f, g, o
+        cell.weight_hh.copy_(w_hh.T)
+        cell.bias_ih.copy_(b)
+        cell.bias_hh.zero_()
+        return cell(x, (h, c))
+
+
+__all__ = ["path_length", "rnn_forward", "lstm_cell", "torch_lstm_cell"]

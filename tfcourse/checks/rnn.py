@@ -1,25 +1,29 @@
-"""Checks for lesson 10, why Transformers replaced RNNs: the recurrence written as a loop, path
-lengths between distant tokens, and the data of the long-range recall task.
+"""Checks for lesson 10, why Transformers replaced RNNs: the recurrence written as a loop, one
+step of an LSTM cell, path lengths between distant tokens, and the data of the long-range recall task.
 
-The references: `tfcourse.rnn.rnn_forward`, `tfcourse.rnn.path_length` and
-`tfcourse.data.recall.recall_batch`.
+The references: `tfcourse.rnn.rnn_forward`, `tfcourse.rnn.torch_lstm_cell` (torch's nn.LSTMCell with
+the given weights), `tfcourse.rnn.path_length` and `tfcourse.data.recall.recall_batch`.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from ..data.recall import recall_batch as reference_recall_batch
 from ..rnn import path_length as reference_path_length
 from ..rnn import rnn_forward as reference_rnn_forward
-from .core import (CheckFailed, call_learner, compare, expect_unchanged, hidden_note, learner_namespaces,
+from ..rnn import torch_lstm_cell as reference_lstm_cell
+from .core import (isolated, CheckFailed, _close, call_learner, compare, expect_unchanged, hidden_note, learner_namespaces,
                    off_limits, passed)
 
 RNN_OFF_LIMITS = ["tfcourse.rnn.rnn_forward", "torch.nn.RNN", "torch.nn.RNNCell",
                   "torch.rnn_tanh", "torch.rnn_tanh_cell"]
+LSTM_OFF_LIMITS = ["tfcourse.rnn.lstm_cell", "tfcourse.rnn.torch_lstm_cell", "torch.nn.LSTM", "torch.nn.LSTMCell",
+                   "torch.lstm", "torch.lstm_cell"]
 PATH_OFF_LIMITS = ["tfcourse.rnn.path_length"]
 RECALL_OFF_LIMITS = ["tfcourse.data.recall.recall_batch"]
 LAYERS = ("recurrent", "self-attention", "convolution")
@@ -41,6 +45,7 @@ def _loop(x: Tensor, w_xh: Tensor, w_hh: Tensor, b: Tensor, h: Tensor, *, recur:
     return torch.stack(states, dim=1)
 
 
+@isolated
 def check_rnn_forward(learner_fn, hidden: bool = False) -> None:
     """rnn_forward(x, w_xh, w_hh, b, h0=None) -> every hidden state (B, T, H)."""
     # (B, T, D, H, pass h0)
@@ -87,7 +92,96 @@ def check_rnn_forward(learner_fn, hidden: bool = False) -> None:
 
 
 # ----------------------------------------------------------------------------------------------
-# Exercise 2: path lengths
+# Exercise 2: one step of an LSTM cell
+# ----------------------------------------------------------------------------------------------
+
+GATE_NAMES = {"i": "input gate i", "f": "forget gate f", "o": "output gate o"}
+
+
+def _lstm_step(x: Tensor, h: Tensor, c: Tensor, w_xh: Tensor, w_hh: Tensor, b: Tensor, *, order: str = "ifgo",
+               tanh_gate: str = "", sigmoid_candidate: bool = False, forget_on_input: bool = False,
+               no_input_gate: bool = False, tanh_on_cell: bool = True, old_cell_for_h: bool = False,
+               recur: bool = True) -> tuple[Tensor, Tensor]:
+    """One LSTM step with one usual mistake switched on. `order`: which gate each chunk is read as."""
+    chunks = dict(zip(order, (x @ w_xh + (h @ w_hh if recur else 0) + b).chunk(4, dim=-1)))
+    i, f, o = (torch.tanh(chunks[k]) if k == tanh_gate else torch.sigmoid(chunks[k]) for k in "ifo")
+    g = torch.sigmoid(chunks["g"]) if sigmoid_candidate else torch.tanh(chunks["g"])
+    if forget_on_input:
+        c_next = i * c + f * g
+    else:
+        c_next = f * c + (g if no_input_gate else i * g)
+    cell = c if old_cell_for_h else c_next
+    return o * (torch.tanh(cell) if tanh_on_cell else cell), c_next
+
+
+def _lstm_mistakes(x: Tensor, h: Tensor, c: Tensor, w_xh: Tensor, w_hh: Tensor, b: Tensor) -> dict[str, Tensor]:
+    """The h' that each usual mistake gives (a mistake in c' shows in h' = o * tanh(c') too)."""
+    args = (x, h, c, w_xh, w_hh, b)
+    mistakes = {
+        "the cell with the forget gate applied to the new input (c' = i * c + f * g): f scales the *old* cell c, i the "
+        "candidate g": _lstm_step(*args, forget_on_input=True)[0],
+    }
+    for order in itertools.permutations("ifgo"):
+        if order not in (tuple("ifgo"), tuple("figo")):  # (f, i, g, o) is the mistake above
+            mistakes[f"the cell with its four chunks read as ({', '.join(order)}): PyTorch's order is i, f, g, o"] = \
+                _lstm_step(*args, order="".join(order))[0]
+    for gate, name in GATE_NAMES.items():
+        mistakes[f"the cell with tanh instead of the sigmoid on the {name}: a gate is a fraction between 0 and 1"] = \
+            _lstm_step(*args, tanh_gate=gate)[0]
+    mistakes.update({
+        "the cell with a sigmoid on the candidate g: g takes tanh, so that it can also lower the cell":
+            _lstm_step(*args, sigmoid_candidate=True)[0],
+        "the cell without tanh on c' for the output: h' = o * tanh(c')": _lstm_step(*args, tanh_on_cell=False)[0],
+        "h' computed from the old cell c: update the cell first, then h' = o * tanh(c')":
+            _lstm_step(*args, old_cell_for_h=True)[0],
+        "the cell without the input gate (c' = f * c + g): the candidate is scaled by i":
+            _lstm_step(*args, no_input_gate=True)[0],
+        "the cell without the recurrent term h @ w_hh: the gates read the previous h too":
+            _lstm_step(*args, recur=False)[0],
+    })
+    return mistakes
+
+
+@isolated
+def check_lstm_cell(learner_fn, hidden: bool = False) -> None:
+    """lstm_cell(x, h, c, w_xh, w_hh, b) -> (h', c'), gates in PyTorch's order i, f, g, o."""
+    # (B, D, H)
+    cases = [(2, 3, 4), (1, 2, 3)]
+    if hidden:
+        cases += [(3, 5, 2), (1, 4, 6), (4, 1, 1)]
+    for seed, (batch, d_in, d_hidden) in enumerate(cases):
+        g = torch.Generator().manual_seed(100 + seed)
+        x = torch.randn(batch, d_in, generator=g)
+        h = torch.randn(batch, d_hidden, generator=g)
+        c = 2 * torch.randn(batch, d_hidden, generator=g)  # larger than h, so that the two cannot be confused
+        w_xh = torch.randn(d_in, 4 * d_hidden, generator=g) / math.sqrt(d_in)
+        w_hh = torch.randn(d_hidden, 4 * d_hidden, generator=g) / math.sqrt(d_hidden)
+        b = torch.randn(4 * d_hidden, generator=g)
+        expected_h, expected_c = reference_lstm_cell(x, h, c, w_xh, w_hh, b)
+        mistakes = _lstm_mistakes(x, h, c, w_xh, w_hh, b)
+        inputs = [x, h, c, w_xh, w_hh, b]
+        before = [t.clone() for t in inputs]
+        with off_limits(LSTM_OFF_LIMITS, "LSTM cell", learner_namespaces(learner_fn)):
+            with torch.no_grad():
+                result = call_learner("lstm_cell(x, h, c, w_xh, w_hh, b)", learner_fn, *inputs)
+        expect_unchanged(before, inputs, "lstm_cell")
+        what = f"lstm_cell with x {tuple(x.shape)}, H={d_hidden}"
+        if not (isinstance(result, (tuple, list)) and len(result) == 2):
+            raise CheckFailed(f"{what} must return the pair (h', c'), got {type(result).__name__}")
+        h_next, c_next = result
+        if all(isinstance(t, Tensor) and t.shape == expected_h.shape for t in result) \
+                and _close(h_next.detach(), expected_c, 1e-5, 1e-4) and _close(c_next.detach(), expected_h, 1e-5, 1e-4):
+            raise CheckFailed(f"{what} returned (c', h'): return (h', c') in that order, as nn.LSTMCell does")
+        compare(h_next, expected_h, f"{what}: h'", mistakes)
+        compare(c_next, expected_c, f"{what}: c'", {
+            "the old cell c: return the updated cell c' = f * c + i * g": c,
+            "tanh(c'): the cell itself is returned, tanh(c') only goes into h'": torch.tanh(expected_c),
+        })
+    passed(f"lstm_cell equals torch's nn.LSTMCell on {len(cases)} inputs" + hidden_note(hidden))
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercise 3: path lengths
 # ----------------------------------------------------------------------------------------------
 
 
@@ -109,6 +203,7 @@ def _path_mistakes(i: int, j: int, layer: str, k: int) -> dict[str, int]:
     return {name: (value if rule_layer == layer else right) for name, (rule_layer, value) in rules.items()}
 
 
+@isolated
 def check_path_length(learner_fn, hidden: bool = False) -> None:
     """path_length(i, j, layer, kernel_size=3) for every layer type on a grid of positions."""
     questions = [(1, 100, layer, 3) for layer in LAYERS] + [(4, 4, layer, 3) for layer in LAYERS]
@@ -142,10 +237,11 @@ def check_path_length(learner_fn, hidden: bool = False) -> None:
 
 
 # ----------------------------------------------------------------------------------------------
-# Exercise 3: the recall task's data
+# Exercise 4: the recall task's data
 # ----------------------------------------------------------------------------------------------
 
 
+@isolated
 def check_recall_batch(learner_fn, hidden: bool = False) -> None:
     """make_recall_batch(batch_size, length, n_keys, n_distractors, generator) -> (x (B, length), y (B,))."""
     cases = [(4, 10, 8, 16), (1, 2, 3, 5)]
