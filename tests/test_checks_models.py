@@ -208,7 +208,8 @@ def test_gpt_off_limits_and_stub():
 # ----------------------------------------------------------------------------------------------
 
 
-def parameter_count(config, bias=True, norms=True, cross=True, once=True, output_bias=False, pe=False):
+def parameter_count(config, bias=True, norms=True, cross=True, once=True, output_bias=False, pe=False,
+                    final_norms=True, position_tables=2):
     d = config.d_model
     d_ff = config.d_ff if config.d_ff is not None else 4 * d
     b = int(bias)
@@ -223,8 +224,12 @@ def parameter_count(config, bias=True, norms=True, cross=True, once=True, output
     if not (config.tie_output and once):
         embeddings += d * config.tgt_vocab_size
     embeddings += config.tgt_vocab_size if output_bias else 0
-    embeddings += 2 * config.max_len * d if pe else 0
-    return embeddings + config.n_layers * (encoder_layer + decoder_layer)
+    if config.positional == "learned":
+        embeddings += position_tables * config.max_len * d  # each input layer has its own table
+    elif pe:
+        embeddings += 2 * config.max_len * d
+    final = 2 * norm if config.norm_first and final_norms else 0  # pre-LN: a LayerNorm ends each stack
+    return embeddings + final + config.n_layers * (encoder_layer + decoder_layer)
 
 
 def test_parameter_count_passes(capfd):
@@ -238,6 +243,9 @@ def test_parameter_count_passes(capfd):
     ({"once": False}, "count it once"),
     ({"output_bias": True}, "output layer with a bias"),
     ({"pe": True}, "fixed buffer"),
+    ({"final_norms": False}, "final LayerNorms"),
+    ({"position_tables": 1}, "each have their own"),
+    ({"position_tables": 0}, r"\*without\* the learned position tables"),
 ])
 def test_parameter_count_mistakes_are_named(kwargs, message):
     with pytest.raises(CheckFailed, match=message):

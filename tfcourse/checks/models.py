@@ -23,7 +23,7 @@ from ..decoding import sample_next_token as reference_sample_next_token
 from ..models import GPT, GPTConfig, Transformer, TransformerConfig, count_parameters
 from ..output import cross_entropy as reference_cross_entropy
 from ..output import log_softmax as reference_log_softmax
-from .core import (CheckFailed, OffLimitsError, call_learner, compare, expect_unchanged, hidden_note,
+from .core import (isolated, CheckFailed, OffLimitsError, call_learner, compare, expect_unchanged, hidden_note,
                    learner_namespaces, off_limits, passed)
 
 # ----------------------------------------------------------------------------------------------
@@ -138,6 +138,7 @@ def _log_softmax_mistakes(z: Tensor, dim: int) -> dict[str, Tensor]:
     return mistakes
 
 
+@isolated
 def check_log_softmax(learner_fn: Callable, hidden: bool = False) -> None:
     """log_softmax(z, dim) = (z − m) − log Σ exp(z − m) with m the maximum along dim."""
     gen = torch.Generator().manual_seed(0)
@@ -205,6 +206,7 @@ def _cross_entropy_mistakes(logits: Tensor, targets: Tensor) -> dict[str, Tensor
     return mistakes
 
 
+@isolated
 def check_cross_entropy(learner_fn: Callable, hidden: bool = False) -> None:
     """cross_entropy(logits (..., V), targets (...)) = mean over positions of −log softmax(logits)[target]."""
     gen = torch.Generator().manual_seed(1)
@@ -285,6 +287,7 @@ def _expect_same_keys(module: nn.Module, reference: nn.Module, cls_name: str) ->
                       "the parts `embed` (InputEmbedding), `blocks` (Encoder) and `output` (nn.Linear, no bias)")
 
 
+@isolated
 def check_gpt(learner_cls: type, hidden: bool = False) -> None:
     """A GPT built from InputEmbedding, Encoder (with a causal mask) and a Linear output layer gives the
     same logits as tfcourse.models.GPT with the same weights, and never looks at future tokens."""
@@ -349,7 +352,8 @@ def check_gpt(learner_cls: type, hidden: bool = False) -> None:
 
 
 def _formula(c: TransformerConfig, bias: bool = True, layer_norm: bool = True, cross: bool = True,
-             share_once: bool = True, output_bias: bool = False, pe: bool = False) -> int:
+             share_once: bool = True, output_bias: bool = False, pe: bool = False, final_norms: bool = True,
+             position_tables: int = 2) -> int:
     """The count by formula, with switches that reproduce the usual mistakes."""
     d, d_ff = c.d_model, c.d_ff if c.d_ff is not None else 4 * c.d_model
     b = 1 if bias else 0
@@ -362,8 +366,11 @@ def _formula(c: TransformerConfig, bias: bool = True, layer_norm: bool = True, c
     tgt = 0 if c.share_embeddings and share_once else c.tgt_vocab_size * d
     out = 0 if c.tie_output and share_once else d * c.tgt_vocab_size
     out += c.tgt_vocab_size if output_bias else 0
-    positions = 2 * c.max_len * d if pe else 0
-    return src + tgt + out + positions + c.n_layers * (encoder_layer + decoder_layer)
+    learned = c.positional == "learned"
+    # Each input layer (source, target) has its own learned table, even when the token table is shared.
+    positions = (position_tables if learned else 2) * c.max_len * d if (learned or pe) else 0
+    final = 2 * norm if c.norm_first and final_norms else 0  # pre-LN: one LayerNorm at the end of each stack
+    return src + tgt + out + positions + final + c.n_layers * (encoder_layer + decoder_layer)
 
 
 _TRUE_COUNTS: dict[str, int] = {}
@@ -376,13 +383,21 @@ def _true_count(config: TransformerConfig) -> int:
     return _TRUE_COUNTS[key]
 
 
+@isolated
 def check_parameter_count(learner_fn: Callable, hidden: bool = False) -> None:
     """transformer_parameter_count(config) by formula equals count_parameters(Transformer(config))."""
     configs = [
         TransformerConfig.base(),
         TransformerConfig(src_vocab_size=11, tgt_vocab_size=13, d_model=16, n_heads=2, n_layers=1, d_ff=24),
+        TransformerConfig(src_vocab_size=11, tgt_vocab_size=13, d_model=16, n_heads=2, n_layers=2, max_len=40,
+                          norm_first=True, positional="learned"),
     ]
     if hidden:
+        configs += [
+            TransformerConfig(src_vocab_size=30, tgt_vocab_size=30, d_model=8, n_heads=2, n_layers=1, max_len=7,
+                              positional="learned", share_embeddings=True, tie_output=True),
+            TransformerConfig(src_vocab_size=9, tgt_vocab_size=12, d_model=12, n_heads=3, n_layers=3, norm_first=True),
+        ]
         configs += [
             TransformerConfig(src_vocab_size=20, tgt_vocab_size=20, d_model=16, n_heads=2, n_layers=2,
                               share_embeddings=True),
@@ -405,6 +420,12 @@ def check_parameter_count(learner_fn: Callable, hidden: bool = False) -> None:
             "an output layer with a bias: this one has none (bias=False)": _formula(config, output_bias=True),
             "the sinusoidal encoding counted as max_len × d_model parameters: it is a fixed buffer, not trained":
                 _formula(config, pe=True),
+            "the count *without* pre-LN's final LayerNorms (one at the end of each stack)":
+                _formula(config, final_norms=False),
+            "one learned position table for both input layers: the source and the target each have their own":
+                _formula(config, position_tables=1),
+            "the count *without* the learned position tables (max_len × d_model each)":
+                _formula(config, position_tables=0),
         }
         prepared.append((config, true_count, mistakes))
     with off_limits(PARAMETER_COUNT_OFF_LIMITS, "counting parameters", learner_namespaces(learner_fn)):
@@ -412,7 +433,7 @@ def check_parameter_count(learner_fn: Callable, hidden: bool = False) -> None:
     for (config, true_count, mistakes), answer in zip(prepared, answers):
         what = (f"parameter count for d_model={config.d_model}, n_layers={config.n_layers}, "
                 f"vocab {config.src_vocab_size}/{config.tgt_vocab_size}, share_embeddings={config.share_embeddings}, "
-                f"tie_output={config.tie_output}")
+                f"tie_output={config.tie_output}, norm_first={config.norm_first}, positional={config.positional!r}")
         if isinstance(answer, bool) or not isinstance(answer, int):
             raise CheckFailed(f"{what}: return a Python int, got {type(answer).__name__}")
         if answer == true_count:
@@ -430,6 +451,7 @@ def check_parameter_count(learner_fn: Callable, hidden: bool = False) -> None:
 # ----------------------------------------------------------------------------------------------
 
 
+@isolated
 def check_shift_right(learner_fn: Callable, hidden: bool = False) -> None:
     """shift_right(tgt (B, T), bos_id) = <bos> followed by tgt without its last token, shape (B, T)."""
     gen = torch.Generator().manual_seed(2)
@@ -520,6 +542,7 @@ def _explain_kept_tokens(failure: CheckFailed, actual: Any, expected: Tensor, wh
                       "ones become −inf") from None
 
 
+@isolated
 def check_filter_logits(learner_fn: Callable, hidden: bool = False) -> None:
     """filter_logits(logits (B, V), top_k, top_p) sets every logit outside the top-k / top-p nucleus to −inf."""
     gen = torch.Generator().manual_seed(3)
@@ -563,6 +586,7 @@ def _filtered_before_temperature(logits: Tensor, temperature: float, top_k: int 
     return torch.multinomial(probs, 1, generator=torch.Generator().manual_seed(seed)).squeeze(-1)
 
 
+@isolated
 def check_sample_next_token(learner_fn: Callable, hidden: bool = False) -> None:
     """sample_next_token(logits (B, V), temperature, top_k, top_p, generator) -> (B,) token ids.
 
@@ -724,6 +748,7 @@ def _sequence_log_prob(log_probs_fn: Callable[[Tensor], Tensor], seq: Tensor, pr
     return sum(log_probs_fn(seq[None, :t])[0, seq[t]].item() for t in range(prefix_len, seq.shape[0]))
 
 
+@isolated
 def check_beam_search(learner_fn: Callable, hidden: bool = False) -> None:
     """beam_search(log_probs_fn, prefix, max_new_tokens, beam_size, alpha, eos_id) equals the reference:
     beam_size 1 is greedy, and a wider beam finds a sequence at least as likely as greedy."""
@@ -822,6 +847,7 @@ def _diagnose_calls(calls: list[tuple[tuple[int, ...], bool, bool]], prompt: Ten
                               "of the earlier tokens are already in the cache")
 
 
+@isolated
 def check_cached_generation(learner_fn: Callable, hidden: bool = False) -> None:
     """greedy_generate_cached(model, ids, max_new_tokens) gives exactly the tokens of greedy generation
     without a cache, feeding the model the prompt once and then one token per step."""
