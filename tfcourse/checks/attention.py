@@ -19,7 +19,7 @@ from torch import Tensor, nn
 
 from ..attention import (MultiHeadAttention, causal_mask, merge_heads, padding_mask, scaled_dot_product_attention,
                          split_heads)
-from .core import (CheckFailed, call_learner, compare, expect_portable, expect_unchanged, hidden_note, learner_namespaces,
+from .core import (isolated, CheckFailed, call_learner, compare, expect_portable, expect_unchanged, hidden_note, learner_namespaces,
                    off_limits, passed)
 
 # While a check runs, the answer for that exercise and the matching torch built-ins are off-limits.
@@ -67,6 +67,7 @@ def _as_float(value: Any, what: str) -> float:
     return float(value)
 
 
+@isolated
 def check_dot_product_variance(learner_fn: Callable, hidden: bool = False) -> None:
     """The measured variance of q·k is about d_k, and about 1 after dividing by √d_k."""
     d_ks = [4, 64, 256] + ([1, 16, 1024] if hidden else [])
@@ -226,6 +227,7 @@ def _check_dropout(output: Tensor, weights: Tensor, expected_weights: Tensor, v:
     compare(output, weights @ v, f"output ({what}): must be the dropped-out weights @ v")
 
 
+@isolated
 def check_scaled_dot_product_attention(learner_fn: Callable, hidden: bool = False) -> None:
     """softmax(q kᵀ/√d_k) v with boolean masks (True = may attend), zero rows for fully masked queries."""
     cases = _sdpa_cases(hidden)
@@ -288,6 +290,7 @@ def _expect_bool_mask(mask: Any, what: str) -> None:
         raise CheckFailed(f"{what}: expected a bool tensor (True = may attend), got dtype {mask.dtype}{extra}")
 
 
+@isolated
 def check_causal_mask(learner_fn: Callable, hidden: bool = False) -> None:
     """(T_q, T_k) bool, True on and below the (shifted) diagonal: no query sees its future."""
     sizes: list[tuple[int, int | None]] = [(4, None), (6, None), (2, 5), (1, 4), (1, None)]
@@ -332,6 +335,7 @@ def check_causal_mask(learner_fn: Callable, hidden: bool = False) -> None:
            "device asked for" + hidden_note(hidden))
 
 
+@isolated
 def check_padding_mask(learner_fn: Callable, hidden: bool = False) -> None:
     """(B, 1, 1, T) bool, False at padding keys."""
     cases = [
@@ -371,6 +375,7 @@ def check_padding_mask(learner_fn: Callable, hidden: bool = False) -> None:
 # ----------------------------------------------------------------------------------------------
 
 
+@isolated
 def check_split_merge_heads(learner_split: Callable, learner_merge: Callable, hidden: bool = False) -> None:
     """split: (B, T, d_model) -> (B, n_heads, T, d_head); merge: the inverse (the concatenation of the heads)."""
     shapes = [(2, 5, 8, 2), (1, 1, 4, 4), (3, 4, 12, 4)]  # the last has T == n_heads
@@ -511,6 +516,7 @@ def _mha_cases(hidden: bool) -> list[dict[str, Any]]:
     return cases
 
 
+@isolated
 def check_multi_head_attention(learner_cls: type, hidden: bool = False) -> None:
     """MultiHead = Concat(head_1..h) W^O, self- and cross-attention, loaded with the reference's weights."""
     cases = _mha_cases(hidden)

@@ -18,6 +18,7 @@ import contextlib
 import functools
 import importlib
 import io
+import random
 import sys
 import types
 import warnings
@@ -38,6 +39,7 @@ class OffLimitsError(CheckFailed):
 
 def passed(message: str) -> None:
     """The one success line a check prints (to stdout: stderr would cost the cell its points)."""
+    restore_streams()
     print(f"✔ {message}")
 
 
@@ -70,6 +72,23 @@ def _capture_error_display() -> dict:
 
 
 _ORIGINAL_ERROR_DISPLAY = _capture_error_display()
+# The kernel's output streams as they were when the lesson's setup cell imported tfcourse: a
+# learner's cell that replaces or closes them must not silence (or hang) every check after it.
+_ORIGINAL_STREAMS = (sys.stdout, sys.stderr)
+
+
+def _broken(stream: Any) -> bool:
+    return stream is None or not callable(getattr(stream, "write", None)) or bool(getattr(stream, "closed", False))
+
+
+def restore_streams() -> None:
+    """Put back sys.stdout / sys.stderr where a learner's cell broke them (None, closed, or an object
+    that cannot write). A working replacement (a capture, a redirect) is left alone."""
+    out, err = _ORIGINAL_STREAMS
+    if _broken(sys.stdout) and not _broken(out):
+        sys.stdout = out
+    if _broken(sys.stderr) and not _broken(err):
+        sys.stderr = err
 
 
 def restore_error_display() -> None:
@@ -88,6 +107,7 @@ def restore_error_display() -> None:
 def call_learner(what: str, fn: Callable, *args: Any, **kwargs: Any) -> Any:
     """Call the learner's `fn`; turn a crash into a CheckFailed that names `what` was being done."""
     restore_error_display()
+    restore_streams()
     try:
         # nbgrader gives 0 points to a test cell that writes to stderr: a library warning, or a
         # stray print(..., file=sys.stderr) in the learner's code, must not cost the exercise.
@@ -100,6 +120,9 @@ def call_learner(what: str, fn: Callable, *args: Any, **kwargs: Any) -> Any:
         raise CheckFailed(f"{what}: not implemented yet — replace `raise NotImplementedError()` with your code") from None
     except SystemExit as exit_:
         raise CheckFailed(f"{what}: your code called sys.exit({exit_.code}); return a value instead") from None
+    except KeyboardInterrupt:
+        raise CheckFailed(f"{what}: your code raised KeyboardInterrupt (an interrupt, or `raise KeyboardInterrupt` "
+                          "in your code); return a value instead") from None
     except Exception as error:  # noqa: BLE001 - any learner error becomes one clear line
         raise CheckFailed(f"{what}: your code raised {type(error).__name__}: {error}") from error
 
@@ -297,6 +320,32 @@ def expect_unchanged(before: Sequence[Tensor], after: Sequence[Tensor], what: st
     for i, (old, new) in enumerate(zip(before, after)):
         if not torch.equal(old, new):
             raise CheckFailed(f"{what}: your code modified input #{i + 1} in place; work on a copy instead")
+
+
+def isolated(check: Callable) -> Callable:
+    """Run a check so that it leaves no trace and sees none: the learner's random generators (Python,
+    torch CPU and CUDA) are forked, so a test cell changes no number the learner's next cells draw,
+    visible and hidden runs alike; and the check runs with torch's default dtype float32 and default
+    device CPU, whatever the learner set while experimenting. Both are put back afterwards."""
+
+    @functools.wraps(check)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        python_state = random.getstate()
+        dtype, device = torch.get_default_dtype(), torch.get_default_device()
+        cuda_devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+        with torch.random.fork_rng(devices=cuda_devices):
+            torch.set_default_dtype(torch.float32)
+            if device.type != "cpu":
+                torch.set_default_device("cpu")
+            try:
+                return check(*args, **kwargs)
+            finally:
+                torch.set_default_dtype(dtype)
+                if device.type != "cpu":
+                    torch.set_default_device(device)
+                random.setstate(python_state)
+
+    return run
 
 
 def one_thread(check: Callable) -> Callable:

@@ -24,7 +24,7 @@ from torch import Tensor, nn
 from ..attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
 from ..embedding import InputEmbedding, LearnedPositionalEmbedding, TokenEmbedding, sinusoidal_positional_encoding
 from ..ffn import PositionwiseFeedForward
-from .core import (CheckFailed, OffLimitsError, call_learner, compare, expect_portable, expect_unchanged,
+from .core import (isolated, CheckFailed, OffLimitsError, call_learner, compare, expect_portable, expect_unchanged,
                    hidden_note, learner_namespaces, off_limits, one_thread, passed, seeded)
 
 # What each exercise may not call while its check runs.
@@ -97,6 +97,7 @@ class _WatchedTable(Tensor):
             return func(*args, **(kwargs or {}))
 
 
+@isolated
 @one_thread
 def check_one_hot_lookup(learner_fn: Callable, hidden: bool = False) -> None:
     """lookup(ids, table) = one_hot(ids, V) @ table, which equals table[ids], for ids of any shape."""
@@ -143,6 +144,7 @@ def _expect_one_table(module: nn.Module, shape_name: str, shape: tuple[int, int]
         raise CheckFailed(f"weight should have shape {shape_name} = {shape}, got {tuple(module.weight.shape)}")
 
 
+@isolated
 @one_thread
 def check_token_embedding(learner_cls, hidden: bool = False) -> None:
     """ScaledTokenEmbedding(vocab_size, d_model): `weight` (V, d_model) with std 1/sqrt(d_model); forward
@@ -248,6 +250,7 @@ def _as_bool(result, what: str) -> bool:
     raise CheckFailed(f"{what}: return True or False, got {type(result).__name__} {result!r:.60}")
 
 
+@isolated
 @one_thread
 def check_permutation_test(learner_fn: Callable, hidden: bool = False) -> None:
     """is_permutation_equivariant(layer, x, perm) -> True iff layer(x[:, perm]) == layer(x)[:, perm]."""
@@ -330,6 +333,7 @@ def pe_mistakes(max_len: int, d_model: int) -> dict[str, Tensor]:
     }
 
 
+@isolated
 @one_thread
 def check_positional_encoding(learner_fn: Callable, hidden: bool = False) -> None:
     """sinusoidal_positional_encoding(max_len, d_model) -> (max_len, d_model) float32, the paper's table."""
@@ -365,6 +369,7 @@ def _expect_value_error(fn: Callable, what: str, hint: str) -> None:
     raise CheckFailed(f"{what}: returned {shape} instead of raising a ValueError {hint}")
 
 
+@isolated
 @one_thread
 def check_learned_positions(learner_cls, hidden: bool = False) -> None:
     """LearnedPositionalEmbedding(d_model, max_len): `weight` (max_len, d_model), std 0.02;
@@ -454,6 +459,7 @@ def _input_layer(learner_cls, vocab_size, d_model, max_len, dropout, namespaces)
     return module
 
 
+@isolated
 @one_thread
 def check_input_layer(learner_cls, hidden: bool = False) -> None:
     """InputLayer(vocab_size, d_model, max_len, dropout): forward(ids, offset=0) =

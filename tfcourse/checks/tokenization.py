@@ -17,7 +17,7 @@ from typing import Any
 
 from ..tokenizers import BPETokenizer, CharTokenizer, count_pairs, count_pretokens, merge_word, pretokenize
 from ..tokenizers import split_on_special_tokens, train_bpe
-from .core import (CheckFailed, OffLimitsError, call_learner, hidden_note, learner_namespaces, off_limits,
+from .core import (isolated, CheckFailed, OffLimitsError, call_learner, hidden_note, learner_namespaces, off_limits,
                    passed)
 
 EOT = "<|endoftext|>"
@@ -105,6 +105,7 @@ def _generated_text(seed: int, n_words: int = 300) -> str:
 # ----------------------------------------------------------------------------------------------
 
 
+@isolated
 def check_char_tokenizer(learner_cls, hidden: bool = False) -> None:
     """CharTokenizer(text): ids are positions in sorted(set(text)); encode -> list[int], decode -> str."""
     cases = [  # (training text, text to encode)
@@ -226,6 +227,7 @@ def _check_pair_counts(actual: Any, what: str) -> dict:
     return {key: value for key, value in actual.items() if value != 0}  # a Counter may keep zeros
 
 
+@isolated
 def check_count_pairs(learner_fn, hidden: bool = False) -> None:
     """count_pairs(word_freqs) -> {(left, right): total count}, each word weighted by its frequency."""
     cases = _pair_count_cases(hidden)
@@ -306,6 +308,7 @@ def _merge_cases(hidden: bool) -> list[tuple[tuple, tuple]]:
     return cases
 
 
+@isolated
 def check_merge_word(learner_fn, hidden: bool = False) -> None:
     """merge_word(word, pair): every occurrence of pair, left to right, without overlaps."""
     cases = _merge_cases(hidden)
@@ -405,6 +408,7 @@ def _diagnose_merge(text, special_tokens, expected, actual, k, what) -> str:
     return f"{what}: merge #{k} is {wrong} (count {counts[wrong]}), but {right} occurs {counts[right]} times"
 
 
+@isolated
 def check_train_bpe(learner_fn, hidden: bool = False) -> None:
     """train_bpe(text, vocab_size, special_tokens) -> (vocab, merges), equal to the package's."""
     cases = _train_cases(hidden)
@@ -522,6 +526,7 @@ def _encode_texts(hidden: bool) -> list[str]:
     return texts
 
 
+@isolated
 def check_bpe_encode(learner_fn, hidden: bool = False) -> None:
     """bpe_encode(text, vocab, merges, special_tokens) -> ids, equal to BPETokenizer.encode."""
     tokenizer = _encoding_tokenizer()
@@ -571,6 +576,7 @@ def _decode_each_token(ids, vocab) -> str:
     return "".join(vocab[i].decode("utf-8", errors="replace") for i in ids)
 
 
+@isolated
 def check_bpe_decode(learner_fn, hidden: bool = False) -> None:
     """bpe_decode(ids, vocab) -> str: join all the tokens' bytes, then decode UTF-8 with errors='replace'."""
     tokenizer = _encoding_tokenizer()

@@ -1,0 +1,64 @@
+"""Checks leave no trace and see none: the learner's random state, default dtype and default device
+are the same before and after a test cell, and the verdict does not depend on them."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import random
+
+import pytest
+import torch
+
+import tfcourse.checks
+from tfcourse.checks.core import isolated
+from tfcourse.checks.models import check_cross_entropy, check_log_softmax
+
+
+def _every_check():
+    for info in pkgutil.iter_modules(tfcourse.checks.__path__):
+        if info.name == "core":
+            continue
+        module = importlib.import_module(f"tfcourse.checks.{info.name}")
+        for name in dir(module):
+            if name.startswith("check_") and getattr(module, name).__module__ == module.__name__:
+                yield f"{info.name}.{name}", getattr(module, name)
+
+
+ISOLATED_CODE = isolated(lambda: None).__code__
+
+
+@pytest.mark.parametrize(("name", "check"), list(_every_check()), ids=lambda v: v if isinstance(v, str) else "")
+def test_every_check_runs_isolated(name, check):
+    assert check.__code__ is ISOLATED_CODE, f"{name} is not decorated with @isolated"
+
+
+def my_log_softmax(logits, dim=-1):
+    shifted = logits - logits.max(dim=dim, keepdim=True).values  # (..., V): the largest is 0
+    return shifted - shifted.exp().sum(dim=dim, keepdim=True).log()
+
+
+def my_cross_entropy(logits, targets):
+    return -my_log_softmax(logits).gather(-1, targets[..., None]).mean()
+
+
+@pytest.fixture
+def learner_state():
+    """A learner who experimented: float64 by default, their own seed."""
+    dtype = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    torch.manual_seed(4242)
+    random.seed(4242)
+    yield
+    torch.set_default_dtype(dtype)
+
+
+@pytest.mark.parametrize("hidden", [False, True])
+def test_a_check_leaves_the_learners_state_as_it_was_and_passes_in_float64(learner_state, hidden, capsys):
+    torch_state, python_state = torch.get_rng_state(), random.getstate()
+    check_log_softmax(my_log_softmax, hidden=hidden)
+    check_cross_entropy(my_cross_entropy, hidden=hidden)  # used to fail: "expected dtype float32"
+    assert torch.equal(torch.get_rng_state(), torch_state), "the check moved the learner's torch generator"
+    assert random.getstate() == python_state, "the check moved the learner's Python generator"
+    assert torch.get_default_dtype() == torch.float64
+    assert capsys.readouterr().out.count("✔") == 2
