@@ -89,6 +89,14 @@ class Case:
     # grade_id -> (points, message regex) for exercises that must lose points; the others get full marks.
     losing: dict[str, tuple[float, str]] = field(default_factory=dict)
     all_zero: str | None = None  # message regex when every exercise must score 0
+    integrity: str | None = None  # regex the integrity report must match; None: the report must be empty
+    repeat: bool = False  # grade it REPEATS times: the scores must not vary
+
+
+def with_fields(case: Case, **fields) -> Case:
+    for name, value in fields.items():
+        setattr(case, name, value)
+    return case
 
 
 def notebook_case(name, lesson, make_nb, losing=None, all_zero=None, filename=None):
@@ -110,6 +118,16 @@ def raw_case(name, lesson, text, all_zero):
 
 
 FFN = "04_ffn"
+# Writes to stderr from a thread for longer than the notebook runs: the lines land in whatever
+# cell is running, test cells included. nbgrader alone would score each such test cell 0.
+STDERR_THREAD = """import sys, threading, time
+
+def _noise():
+    for _ in range(3_000):
+        print("progress...", file=sys.stderr, flush=True)
+        time.sleep(0.03)
+
+threading.Thread(target=_noise, daemon=True).start()"""
 RELU = "hidden = torch.relu(self.linear1(x))  # (..., d_ff)"
 RETURN = "return self.linear2(hidden)  # (..., d_model)"
 
@@ -121,8 +139,9 @@ def ffn_forward(returning: str):
 CASES = [
     notebook_case("untouched student version", FFN, lambda: student_version(FFN), all_zero="not implemented yet"),
     notebook_case("complete solutions", FFN, lambda: complete(FFN)),
-    notebook_case("buggy FFN: no ReLU", FFN, lambda: edit(complete(FFN), "ffn_impl", RELU, "hidden = self.linear1(x)"),
-                  {"ffn_tests": (0, r"without\* ReLU")}),
+    with_fields(notebook_case("buggy FFN: no ReLU", FFN,
+                              lambda: edit(complete(FFN), "ffn_impl", RELU, "hidden = self.linear1(x)"),
+                              {"ffn_tests": (0, r"without\* ReLU")}), repeat=True),
     notebook_case("test cell deleted", FFN, lambda: transform_cell(stub(complete(FFN), "ffn_impl", student_version(FFN)),
                                                                   "ffn_tests", lambda cells, i: cells.pop(i)),
                   {"ffn_tests": (0, r"")}),
@@ -165,10 +184,18 @@ CASES = [
     notebook_case("returns an object whose __eq__ is always True", FFN,
                   ffn_forward("return type('Equal', (), {'__eq__': lambda self, other: True})()"),
                   {"ffn_tests": (0, "expected a torch.Tensor")}),
-    notebook_case("overrides showtraceback", FFN,
-                  lambda: insert_cell_after_setup(student_version(FFN),
-                                                  "get_ipython().showtraceback = lambda *args, **kwargs: None"),
-                  all_zero="not implemented yet"),
+    with_fields(notebook_case("overrides showtraceback", FFN,
+                              lambda: insert_cell_after_setup(student_version(FFN),
+                                                              "get_ipython().showtraceback = lambda *args, **kwargs: None"),
+                              all_zero="not implemented yet"),
+                integrity=r"assigns to `get_ipython\(\)\.showtraceback`"),
+    with_fields(notebook_case("stderr from a background thread, in every cell", FFN,
+                              lambda: insert_cell_after_setup(complete(FFN), STDERR_THREAD)), repeat=True),
+    with_fields(notebook_case("replaces the check its test cell imports", FFN,
+                              lambda: insert_cell_after_setup(
+                                  complete(FFN), "import tfcourse.checks.ffn as checks\n"
+                                                 "checks.check_collapse_linear = lambda *args, **kwargs: None")),
+                integrity=r"assigns to `tfcourse\.checks\.ffn\.check_collapse_linear`"),
     notebook_case("calls sys.exit(0)", FFN, ffn_forward("import sys\n        sys.exit(0)"),
                   {"ffn_tests": (0, r"sys\.exit")}),
     notebook_case("prints to stderr", FFN,
@@ -263,7 +290,7 @@ def test_catalogue_of_submissions_is_graded_as_intended(lesson, tmp_path):
         built = case.build(folder)
         paths[f"learner{i}"] = find_notebook(folder, lesson) if built is not None else None
         hashes[f"learner{i}"] = _sha(built)
-    repeated = [i for i, case in enumerate(cases) if case.name == "buggy FFN: no ReLU"]
+    repeated = [i for i, case in enumerate(cases) if case.repeat]
     for r in range(1, REPEATS):
         for i in repeated:
             paths[f"learner{i}-again{r}"] = paths[f"learner{i}"]
@@ -286,6 +313,11 @@ def test_catalogue_of_submissions_is_graded_as_intended(lesson, tmp_path):
                 f"{case.name}: {exercise.grade_id} scored {exercise.score}, expected {expected} ({exercise.message})")
             assert re.search(pattern, exercise.message), (
                 f"{case.name}: {exercise.grade_id} message {exercise.message!r} should match {pattern!r}")
+        if case.integrity is None:
+            assert result.integrity == [], f"{case.name}: unexpected integrity findings {result.integrity}"
+        else:
+            assert any(re.search(case.integrity, finding) for finding in result.integrity), (
+                f"{case.name}: the integrity report {result.integrity} should match {case.integrity!r}")
     for i in repeated:
         for r in range(1, REPEATS):
             again = results[f"learner{i}-again{r}"]
