@@ -10,7 +10,9 @@ from tfcourse import decoding
 from tfcourse.training import translation
 from tfcourse.attention import causal_mask, padding_mask
 from tfcourse.checks.core import CheckFailed, OffLimitsError
-from tfcourse.checks.translation import check_encoder_decoder_forward, check_greedy_decode, check_shift_target
+from tfcourse.checks.translation import (check_encoder_decoder_forward, check_greedy_decode,
+                                         check_label_smoothed_cross_entropy, check_shift_target)
+from tfcourse.output import cross_entropy
 from check_helpers import assert_passes, stub
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread is fastest (conftest.py)
@@ -95,7 +97,116 @@ def test_shift_target_stub():
 
 
 # ----------------------------------------------------------------------------------------------
-# Exercise 2: the forward pass
+# Exercise 2: label-smoothed cross-entropy, padding ignored
+# ----------------------------------------------------------------------------------------------
+
+
+def make_smoothed(others=False, padding="ignored", target_only=False, no_one_minus=False, vocab_sum=False,
+                  no_smoothing=False, position_sum=False, smooth_all_positions=False, log_of_softmax=False,
+                  detach=False, in_place=False):
+    """A per-position implementation (independent of torch's), with optional mistakes."""
+
+    def loss(logits, labels, epsilon, ignore_index):
+        if in_place:
+            logits -= logits.amax(dim=-1, keepdim=True)  # "stabilises" the caller's tensor
+        if log_of_softmax:
+            log_p = torch.log(torch.softmax(logits, dim=-1))
+        else:
+            log_p = torch.log_softmax(logits, dim=-1)
+        vocab = logits.shape[-1]
+        real = labels != ignore_index
+        nll = -log_p.gather(-1, labels.clamp(min=0)[..., None]).squeeze(-1)
+        smooth = -log_p.sum(-1) if vocab_sum else -log_p.mean(-1)
+        if others:
+            smooth = (-log_p.sum(-1) - nll) / (vocab - 1)
+        target_weight = 1.0 if no_one_minus else 1 - epsilon
+        per_position = target_weight * nll + (0.0 if (target_only or no_smoothing) else epsilon * smooth)
+        if no_smoothing:
+            per_position = nll
+        if smooth_all_positions:
+            result = target_weight * nll[real].mean() + epsilon * smooth.mean()
+        elif padding == "scored":
+            result = per_position.mean()
+        elif padding == "divided_by_all":
+            result = (per_position * real).sum() / real.numel()
+        elif position_sum:
+            result = per_position[real].sum()
+        else:
+            result = per_position[real].mean()
+        return result.detach() if detach else result
+
+    return loss
+
+
+def explicit_target_distribution(logits, labels, epsilon, ignore_index):
+    """A correct alternative: build q explicitly, drop the padding rows first, then a dot product."""
+    vocab = logits.shape[-1]
+    keep = (labels != ignore_index).reshape(-1)
+    flat_logits, flat_labels = logits.reshape(-1, vocab)[keep], labels.reshape(-1)[keep]  # (n, V), (n,)
+    q = torch.full_like(flat_logits, epsilon / vocab)
+    q[torch.arange(len(flat_labels)), flat_labels] += 1 - epsilon
+    return -(q * torch.log_softmax(flat_logits, dim=-1)).sum(dim=-1).mean()
+
+
+def test_label_smoothing_accepts_correct_answers(capfd):
+    assert_passes(check_label_smoothed_cross_entropy, make_smoothed(), capfd)
+    assert_passes(check_label_smoothed_cross_entropy, explicit_target_distribution, capfd)
+
+
+@pytest.mark.parametrize(("wrong", "message"), [
+    (make_smoothed(others=True), r"ε spread over the V − 1 \*other\* words"),
+    (make_smoothed(padding="scored"), r"padding positions counted in the mean"),
+    (make_smoothed(padding="divided_by_all"), r"divided by \*all\* positions"),
+    (make_smoothed(smooth_all_positions=True), r"ε term averaged over all positions, padding included"),
+    (make_smoothed(target_only=True), r"ε applied to the target only"),
+    (make_smoothed(no_one_minus=True), r"weighted by \(1 − ε\)"),
+    (make_smoothed(vocab_sum=True), r"\*sum\* of −log p_v over the vocabulary"),
+    (make_smoothed(no_smoothing=True), r"without label smoothing"),
+    (make_smoothed(position_sum=True), r"\*sum\* over the real positions"),
+    (make_smoothed(log_of_softmax=True), r"log\(softmax\(z\)\) underflows"),
+    (make_smoothed(detach=True), r"no gradient"),
+    (make_smoothed(in_place=True), r"modified input #1 in place"),
+])
+def test_label_smoothing_names_the_mistake(wrong, message):
+    with pytest.raises(CheckFailed, match=message):
+        check_label_smoothed_cross_entropy(wrong, hidden=True)
+
+
+def test_label_smoothing_hidden_cases_catch_a_hard_coded_ignore_index():
+    def hard_coded(logits, labels, epsilon, ignore_index):
+        return make_smoothed()(logits, labels, epsilon, -100)
+
+    check_label_smoothed_cross_entropy(hard_coded)  # the visible cases use -100
+    with pytest.raises(CheckFailed, match=r"ignore_index=0"):
+        check_label_smoothed_cross_entropy(hard_coded, hidden=True)
+
+
+def test_label_smoothing_reference_and_torch_built_ins_are_off_limits():
+    def torch_loss(logits, labels, epsilon, ignore_index):
+        return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1),
+                                                 ignore_index=ignore_index, label_smoothing=epsilon)
+
+    def package_loss(logits, labels, epsilon, ignore_index):
+        return cross_entropy(logits, labels, ignore_index=ignore_index, label_smoothing=epsilon)
+
+    def nll_loss(logits, labels, epsilon, ignore_index):
+        return torch.nn.NLLLoss(ignore_index=ignore_index)(torch.log_softmax(logits, -1).reshape(-1, logits.shape[-1]),
+                                                           labels.reshape(-1))
+
+    for borrowed, name in [(torch_loss, "torch.nn.functional.cross_entropy"),
+                           (package_loss, "tfcourse.output.cross_entropy"), (nll_loss, "torch.nn.NLLLoss")]:
+        with pytest.raises(OffLimitsError, match=name):
+            check_label_smoothed_cross_entropy(borrowed)
+    assert torch.nn.functional.cross_entropy(torch.zeros(1, 2), torch.tensor([0])) > 0  # put back afterwards
+
+
+def test_label_smoothing_stub():
+    with pytest.raises(CheckFailed, match="not implemented yet"):
+        check_label_smoothed_cross_entropy(stub)
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercise 3: the forward pass
 # ----------------------------------------------------------------------------------------------
 
 
@@ -164,7 +275,7 @@ def test_forward_stub():
 
 
 # ----------------------------------------------------------------------------------------------
-# Exercise 3: greedy decoding
+# Exercise 4: greedy decoding
 # ----------------------------------------------------------------------------------------------
 
 

@@ -129,7 +129,7 @@ class TransformerConfig:
     n_heads: int = 8  # attention heads; each sees d_head = d_model / n_heads dimensions (paper: 8)
     n_layers: int = 6  # encoder layers and decoder layers, N in the paper (paper: 6)
     d_ff: int | None = None  # FFN inner width; None means 4 * d_model (paper: 2048)
-    dropout: float = 0.1  # on embeddings, attention weights and sub-layer outputs (paper: 0.1)
+    dropout: float = 0.1  # on the embedding sums and sub-layer outputs (paper: 0.1); this code also drops attention weights
     max_len: int = 512  # longest sequence the positional encoding covers
     norm_first: bool = False  # False: post-LN as in the paper; True: pre-LN
     positional: str = "sinusoidal"  # "sinusoidal" (paper) or "learned"

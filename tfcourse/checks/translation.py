@@ -1,17 +1,23 @@
-"""Checks for lesson 09, translation with the encoder–decoder: teacher-forcing batches, the
-forward pass with its three masks, and greedy decoding."""
+"""Checks for lesson 09, translation with the encoder–decoder.
+
+    check_shift_target(shift_target)                                  teacher-forcing batches
+    check_label_smoothed_cross_entropy(label_smoothed_cross_entropy)  the loss, label smoothing and padding
+    check_encoder_decoder_forward(encoder_decoder_forward)            the forward pass with its three masks
+    check_greedy_decode(greedy_decode)                                translation one word at a time
+"""
 
 from __future__ import annotations
 
 import functools
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from ..attention import causal_mask, padding_mask
 from ..decoding import translate
 from ..models import Transformer, TransformerConfig
-from .core import (CheckFailed, call_learner, compare, expect_unchanged, hidden_note, learner_namespaces,
+from .core import (isolated, CheckFailed, call_learner, compare, expect_unchanged, hidden_note, learner_namespaces,
                    off_limits, passed)
 
 SHIFT_OFF_LIMITS = ["tfcourse.training.translation.shift_target"]
@@ -19,6 +25,10 @@ FORWARD_OFF_LIMITS = [
     "tfcourse.models.Transformer.forward", "tfcourse.models.Transformer.encode",
     "tfcourse.models.Transformer.decode", "torch.nn.Transformer", "torch.nn.TransformerEncoder",
     "torch.nn.TransformerDecoder",
+]
+SMOOTHING_OFF_LIMITS = [
+    "tfcourse.output.cross_entropy", "torch.nn.functional.cross_entropy", "torch.nn.functional.nll_loss",
+    "torch.nn.CrossEntropyLoss", "torch.nn.NLLLoss",
 ]
 GREEDY_OFF_LIMITS = [
     "tfcourse.decoding.translate", "tfcourse.decoding.translate_beam", "tfcourse.decoding.beam_search",
@@ -47,6 +57,7 @@ def _target_batch(lengths: list[int], length: int, pad_id: int, seed: int) -> Te
     return words.masked_fill(positions >= torch.tensor(lengths)[:, None], pad_id)  # (B, T)
 
 
+@isolated
 def check_shift_target(learner_fn, hidden: bool = False) -> None:
     """shift_target(tgt, bos_id, eos_id, pad_id, ignore_index) -> (decoder_input, labels)."""
     # (row lengths, padded length, pad_id, bos_id, eos_id, ignore_index)
@@ -101,7 +112,117 @@ def check_shift_target(learner_fn, hidden: bool = False) -> None:
 
 
 # ----------------------------------------------------------------------------------------------
-# Exercise 2: the forward pass with masks
+# Exercise 2: label-smoothed cross-entropy, padding ignored
+# ----------------------------------------------------------------------------------------------
+
+
+def _smoothing_case(shape: tuple[int, ...], lengths: list[int] | None, ignore: int, seed: int, scale: float = 1.0,
+                    dtype: torch.dtype = torch.float32, scattered: int = 0) -> tuple[Tensor, Tensor]:
+    """Logits (..., V) and labels (...): real labels in [1, V) (never the ignore_index), and
+    ignore_index after each row's `lengths[b]` words, or at `scattered` random positions."""
+    g = torch.Generator().manual_seed(seed)
+    vocab = shape[-1]
+    logits = (torch.randn(shape, generator=g, dtype=torch.float64) * scale).to(dtype)
+    labels = torch.randint(1, vocab, shape[:-1], generator=g)
+    if ignore in range(1, vocab):
+        labels = torch.where(labels == ignore, 0, labels)  # a real label is never ignore_index
+    if lengths is not None:  # (B, T): padding at the end of each row
+        labels = labels.masked_fill(torch.arange(shape[1])[None, :] >= torch.tensor(lengths)[:, None], ignore)
+    if scattered:
+        labels.view(-1)[torch.randperm(labels.numel(), generator=g)[:scattered]] = ignore
+    return logits, labels
+
+
+def _smoothing_mistakes(logits: Tensor, labels: Tensor, epsilon: float, ignore: int) -> dict[str, Tensor]:
+    """What the usual mistakes return, computed in float64 from log-probabilities."""
+    log_probs = torch.log_softmax(logits.double(), dim=-1)  # (..., V)
+    vocab = log_probs.shape[-1]
+    real = labels != ignore  # (...)
+    nll = -log_probs.gather(-1, labels.masked_fill(~real, 0)[..., None]).squeeze(-1)  # (...), padding as id 0
+    mean_all = -log_probs.mean(dim=-1)  # (...): (1/V) Σ_v −log p_v
+    sum_all = -log_probs.sum(dim=-1)
+    others = (sum_all - nll) / max(vocab - 1, 1)  # the V − 1 words other than the label
+    right = (1 - epsilon) * nll + epsilon * mean_all  # (...): each position's loss
+    mistakes = {
+        "ε spread over the V − 1 *other* words: q gives ε/V to every one of the V words, the right one "
+        "included, on top of its 1 − ε": ((1 - epsilon) * nll + epsilon * others)[real].mean(),
+        "the loss with the padding positions counted in the mean, scored as if their label were id 0: "
+        "positions labelled ignore_index must not count at all": right.mean(),
+        "the sum over the real positions divided by *all* positions (the mean over all positions, then "
+        "masked): divide by the number of real positions": (right * real).sum() / real.numel(),
+        "the ε term averaged over all positions, padding included: leave padding out of both terms":
+            (1 - epsilon) * nll[real].mean() + epsilon * mean_all.mean(),
+        "(1 − ε)·(−log p_y) alone: ε applied to the target only — the ε taken from the target must "
+        "be spread over the vocabulary, ε/V to each word": ((1 - epsilon) * nll)[real].mean(),
+        "−log p_y + ε·(mean of −log p_v): the target term must be weighted by (1 − ε)":
+            (nll + epsilon * mean_all)[real].mean(),
+        "ε times the *sum* of −log p_v over the vocabulary: each word gets ε/V, so it is the mean":
+            ((1 - epsilon) * nll + epsilon * sum_all)[real].mean(),
+        "plain cross-entropy, without label smoothing (ε ignored)": nll[real].mean(),
+        "the *sum* over the real positions instead of their mean": right[real].sum(),
+    }
+    return {description: value.to(logits.dtype) for description, value in mistakes.items()}
+
+
+@isolated
+def check_label_smoothed_cross_entropy(learner_fn, hidden: bool = False) -> None:
+    """label_smoothed_cross_entropy(logits (..., V), labels (...), epsilon, ignore_index) -> scalar:
+    the mean over positions whose label is not ignore_index of (1 − ε)(−log p_y) + (ε/V) Σ_v (−log p_v)."""
+    # (what, logits, labels, epsilon, ignore_index)
+    cases = [
+        ("logits (2, 5, 7), 3 padded positions", *_smoothing_case((2, 5, 7), [4, 3], -100, 0), 0.1, -100),
+        ("logits (3, 4, 11) × 3, ε = 0.2", *_smoothing_case((3, 4, 11), [4, 1, 2], -100, 1, scale=3.0), 0.2, -100),
+        ("logits (2, 3, 5) × 1000", *_smoothing_case((2, 3, 5), [3, 2], -100, 2, scale=1000.0), 0.1, -100),
+    ]
+    if hidden:
+        cases += [
+            ("one position, logits (1, 1, 6)", *_smoothing_case((1, 1, 6), None, -100, 3), 0.1, -100),
+            ("ignore_index = 0 (the <pad> id)", *_smoothing_case((2, 6, 9), [6, 2], 0, 4), 0.1, 0),
+            ("logits (8, 13), no time axis, 3 ignored rows", *_smoothing_case((8, 13), None, -100, 5, scattered=3),
+             0.3, -100),
+            ("logits (2, 4, 7) in float64", *_smoothing_case((2, 4, 7), [2, 4], -100, 6, dtype=torch.float64),
+             0.1, -100),
+            ("ε = 0", *_smoothing_case((2, 5, 8), [5, 3], -100, 7), 0.0, -100),
+        ]
+    # Everything the learner's answer is compared with is computed first, by torch itself.
+    prepared = []
+    for what, logits, labels, epsilon, ignore in cases:
+        vocab = logits.shape[-1]
+        expected = F.cross_entropy(logits.reshape(-1, vocab), labels.reshape(-1), ignore_index=ignore,
+                                   label_smoothing=epsilon)
+        prepared.append((what, logits, labels, epsilon, ignore, expected,
+                         _smoothing_mistakes(logits, labels, epsilon, ignore)))
+    what0, grad_logits, grad_labels, grad_epsilon, grad_ignore, _, _ = prepared[0]
+    leaf = grad_logits.clone().requires_grad_(True)
+    F.cross_entropy(leaf.reshape(-1, leaf.shape[-1]), grad_labels.reshape(-1), ignore_index=grad_ignore,
+                    label_smoothing=grad_epsilon).backward()
+    expected_grad, leaf.grad = leaf.grad, None
+
+    call = "label_smoothed_cross_entropy(logits, labels, epsilon, ignore_index)"
+    with off_limits(SMOOTHING_OFF_LIMITS, "label-smoothed cross-entropy", learner_namespaces(learner_fn)):
+        for what, logits, labels, epsilon, ignore, expected, mistakes in prepared:
+            before = [logits.clone(), labels.clone()]
+            with torch.no_grad():
+                actual = call_learner(call, learner_fn, logits, labels, epsilon, ignore)
+            expect_unchanged(before, [logits, labels], "label_smoothed_cross_entropy")
+            what = f"loss for {what} (ε={epsilon}, ignore_index={ignore})"
+            if isinstance(actual, Tensor) and actual.is_floating_point() and not torch.isfinite(actual).all():
+                raise CheckFailed(f"{what}: your loss is inf or NaN where torch's is finite — for large logits "
+                                  "log(softmax(z)) underflows to log(0) = −inf: take the log-softmax directly")
+            compare(actual, expected, what, mistakes, atol=1e-5, rtol=1e-4)
+        loss = call_learner(f"{call} with gradients", learner_fn, leaf, grad_labels, grad_epsilon, grad_ignore)
+        if not isinstance(loss, Tensor) or loss.grad_fn is None:
+            raise CheckFailed("label_smoothed_cross_entropy: the loss has no gradient (grad_fn is None); keep "
+                              "every step a torch operation on the logits (no .item(), .detach() or NumPy)")
+        call_learner("loss.backward()", loss.backward)
+    compare(leaf.grad, expected_grad, f"the gradient of your loss with respect to the logits ({what0})",
+            atol=1e-6, rtol=1e-4)
+    passed(f"label_smoothed_cross_entropy equals torch's cross_entropy(..., ignore_index, label_smoothing) on "
+           f"{len(cases)} inputs, gradient included" + hidden_note(hidden))
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercise 3: the forward pass with masks
 # ----------------------------------------------------------------------------------------------
 
 
@@ -111,6 +232,7 @@ def _ids(lengths: list[int], length: int, vocab: int, pad_id: int, g: torch.Gene
     return ids.masked_fill(torch.arange(length)[None, :] >= torch.tensor(lengths)[:, None], pad_id)
 
 
+@isolated
 def check_encoder_decoder_forward(learner_fn, hidden: bool = False) -> None:
     """encoder_decoder_forward(model, src, decoder_input) -> logits (B, T, V), equal to model(src, tgt)."""
     # (source lengths, S, target lengths, T, norm_first, pad_id); S == T first so that a memory
@@ -169,7 +291,7 @@ def check_encoder_decoder_forward(learner_fn, hidden: bool = False) -> None:
 
 
 # ----------------------------------------------------------------------------------------------
-# Exercise 3: greedy decoding
+# Exercise 4: greedy decoding
 # ----------------------------------------------------------------------------------------------
 
 
@@ -228,6 +350,7 @@ def _greedy_case(start: int, src_len: int, max_new: int, bos: int, eos: int, nee
 START_SEEDS = (31, 1022, 2019, 3002, 4000)
 
 
+@isolated
 def check_greedy_decode(learner_fn, hidden: bool = False) -> None:
     """greedy_decode(model, src, bos_id, eos_id, max_new_tokens) -> (1 + n,) ids, equal to translate()."""
     # (first seed to try, source length, max_new_tokens, bos_id, eos_id, the output must end with <eos>)
