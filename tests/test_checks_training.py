@@ -11,7 +11,8 @@ import torch.nn.functional as F
 import tfcourse.data
 import tfcourse.training.loop
 from tfcourse.checks.core import CheckFailed, OffLimitsError
-from tfcourse.checks.training import check_estimate_loss, check_get_batch, check_lr_schedule, check_train_step
+from tfcourse.checks.training import (check_adamw_step, check_estimate_loss, check_get_batch, check_lr_schedule,
+                                      check_train_step)
 from check_helpers import assert_passes, stub
 
 
@@ -20,7 +21,8 @@ def _tiny_models_on_one_thread(one_thread):
     """Tiny models are fastest on one thread (see conftest.py), and a busy second core cannot stall them."""
 
 
-@pytest.mark.parametrize("check", [check_get_batch, check_lr_schedule, check_train_step, check_estimate_loss])
+@pytest.mark.parametrize("check", [check_get_batch, check_adamw_step, check_lr_schedule, check_train_step,
+                                   check_estimate_loss])
 def test_a_stub_is_not_implemented_yet(check):
     with pytest.raises(CheckFailed, match="not implemented yet"):
         check(stub)
@@ -116,7 +118,200 @@ def test_get_batch_reference_is_off_limits():
 
 
 # ----------------------------------------------------------------------------------------------
-# Exercise 2: the learning-rate schedule
+# Exercise 2: AdamW's update, by hand
+# ----------------------------------------------------------------------------------------------
+
+
+def adamw_step(params, grads, exp_avg, exp_avg_sq, step, lr, betas, eps, weight_decay):
+    beta1, beta2 = betas
+    for p, g, m, v in zip(params, grads, exp_avg, exp_avg_sq):
+        p.mul_(1 - lr * weight_decay)
+        m.mul_(beta1).add_(g, alpha=1 - beta1)
+        v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+        m_hat = m / (1 - beta1 ** step)
+        v_hat = v / (1 - beta2 ** step)
+        p.sub_(lr * m_hat / (v_hat.sqrt() + eps))
+
+
+def adamw_step_as_in_the_paper(params, grads, exp_avg, exp_avg_sq, step, lr, betas, eps, weight_decay):
+    """θ ← θ − η(m̂/(√v̂ + ε) + λθ), new tensors copied back; the state by lerp_."""
+    beta1, beta2 = betas
+    for p, g, m, v in zip(params, grads, exp_avg, exp_avg_sq):
+        m.lerp_(g, 1 - beta1)
+        v.copy_(beta2 * v + (1 - beta2) * g ** 2)
+        m_hat = m / (1 - beta1 ** step)
+        v_hat = v / (1 - beta2 ** step)
+        p.copy_(p - lr * (m_hat / (torch.sqrt(v_hat) + eps) + weight_decay * p))
+
+
+def _adamw_variant(*, l2=False, decay="before", correct_m=True, correct_v=True, offset=0, eps_inside=False,
+                   swap=False):
+    def learner(params, grads, exp_avg, exp_avg_sq, step, lr, betas, eps, weight_decay):
+        beta1, beta2 = reversed(betas) if swap else betas
+        t = step + offset
+        for p, g, m, v in zip(params, grads, exp_avg, exp_avg_sq):
+            if l2:
+                g = g + weight_decay * p
+            if decay == "before":
+                p.mul_(1 - lr * weight_decay)
+            elif decay == "no_lr":
+                p.mul_(1 - weight_decay)
+            elif decay == "step_size":
+                p.mul_(1 - lr / (1 - beta1 ** t) * weight_decay)
+            m.mul_(beta1).add_(g, alpha=1 - beta1)
+            v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+            m_hat = m / (1 - beta1 ** t) if correct_m else m
+            v_hat = v / (1 - beta2 ** t) if correct_v else v
+            denominator = (v_hat + eps).sqrt() if eps_inside else v_hat.sqrt() + eps
+            p.sub_(lr * m_hat / denominator)
+            if decay == "after":
+                p.mul_(1 - lr * weight_decay)
+    return learner
+
+
+def returns_new_tensors(params, grads, exp_avg, exp_avg_sq, step, lr, betas, eps, weight_decay):
+    beta1, beta2 = betas
+    new = []
+    for p, g, m, v in zip(params, grads, exp_avg, exp_avg_sq):
+        m.mul_(beta1).add_(g, alpha=1 - beta1)
+        v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+        m_hat, v_hat = m / (1 - beta1 ** step), v / (1 - beta2 ** step)
+        new.append(p * (1 - lr * weight_decay) - lr * m_hat / (v_hat.sqrt() + eps))
+    return new
+
+
+def rebinds_the_parameter(params, grads, exp_avg, exp_avg_sq, step, lr, betas, eps, weight_decay):
+    beta1, beta2 = betas
+    for p, g, m, v in zip(params, grads, exp_avg, exp_avg_sq):
+        m.mul_(beta1).add_(g, alpha=1 - beta1)
+        v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+        p = p * (1 - lr * weight_decay) - lr * (m / (1 - beta1 ** step)) / ((v / (1 - beta2 ** step)).sqrt() + eps)
+
+
+def replaces_list_items(params, grads, exp_avg, exp_avg_sq, step, lr, betas, eps, weight_decay):
+    beta1, beta2 = betas
+    for i, (p, g) in enumerate(zip(params, grads)):
+        exp_avg[i] = beta1 * exp_avg[i] + (1 - beta1) * g
+        exp_avg_sq[i] = beta2 * exp_avg_sq[i] + (1 - beta2) * g * g
+        m_hat = exp_avg[i] / (1 - beta1 ** step)
+        v_hat = exp_avg_sq[i] / (1 - beta2 ** step)
+        params[i] = p * (1 - lr * weight_decay) - lr * m_hat / (v_hat.sqrt() + eps)
+
+
+def state_not_kept(params, grads, exp_avg, exp_avg_sq, step, lr, betas, eps, weight_decay):
+    beta1, beta2 = betas
+    for p, g, m, v in zip(params, grads, exp_avg, exp_avg_sq):
+        m = beta1 * m + (1 - beta1) * g  # a new tensor: the caller's exp_avg stays 0
+        v = beta2 * v + (1 - beta2) * g * g
+        p.mul_(1 - lr * weight_decay)
+        p.sub_(lr * (m / (1 - beta1 ** step)) / ((v / (1 - beta2 ** step)).sqrt() + eps))
+
+
+def stores_the_corrected_averages(params, grads, exp_avg, exp_avg_sq, step, lr, betas, eps, weight_decay):
+    adamw_step(params, grads, exp_avg, exp_avg_sq, step, lr, betas, eps, weight_decay)
+    beta1, beta2 = betas
+    for m, v in zip(exp_avg, exp_avg_sq):
+        m.div_(1 - beta1 ** step)
+        v.div_(1 - beta2 ** step)
+
+
+def zeroes_the_gradients(params, grads, exp_avg, exp_avg_sq, step, lr, betas, eps, weight_decay):
+    adamw_step(params, grads, exp_avg, exp_avg_sq, step, lr, betas, eps, weight_decay)
+    for g in grads:
+        g.zero_()
+
+
+def calls_torch_adamw(params, grads, exp_avg, exp_avg_sq, step, lr, betas, eps, weight_decay):
+    optimizer = torch.optim.AdamW(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+    for p, g in zip(params, grads):
+        p.grad = g
+    optimizer.step()
+
+
+_PREBUILT = {}
+
+
+def steps_a_prebuilt_adamw(params, grads, exp_avg, exp_avg_sq, step, lr, betas, eps, weight_decay):
+    optimizer = _PREBUILT["optimizer"]
+    optimizer.step()
+
+
+def calls_torch_adam_with_l2(params, grads, exp_avg, exp_avg_sq, step, lr, betas, eps, weight_decay):
+    torch.optim.Adam(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+
+
+def calls_the_course_optimizer(params, grads, exp_avg, exp_avg_sq, step, lr, betas, eps, weight_decay):
+    tfcourse.training.loop.configure_optimizer(torch.nn.Linear(2, 2), tfcourse.training.loop.TrainConfig())
+
+
+@pytest.mark.parametrize("learner", [adamw_step, adamw_step_as_in_the_paper])
+def test_adamw_step_right_answers_pass(learner, capfd):
+    assert_passes(check_adamw_step, learner, capfd)
+
+
+@pytest.mark.parametrize(("learner", "message"), [
+    (_adamw_variant(l2=True, decay="none"), "Adam with L2 regularisation: λ·p added to the gradient"),
+    (_adamw_variant(correct_m=False, correct_v=False), r"\*without\* bias correction"),
+    (_adamw_variant(correct_v=False), "bias correction of m only"),
+    (_adamw_variant(correct_m=False), "bias correction of v only"),
+    (_adamw_variant(decay="after"), r"weight decay applied \*after\* the Adam update"),
+    (_adamw_variant(decay="no_lr"), r"not scaled by the learning rate, p·\(1 − λ\)"),
+    (_adamw_variant(decay="step_size"), "scaled by the bias-corrected step size"),
+    (_adamw_variant(decay="none"), r"\*without\* weight decay"),
+    (_adamw_variant(eps_inside=True), "ε inside the square root"),
+    (_adamw_variant(offset=1), "step \\+ 1: step already counts from 1"),
+    (_adamw_variant(offset=-1), "step − 1 is 1 − β⁰ = 0 at the first update"),
+    (_adamw_variant(swap=True), "β₁ and β₂ swapped"),
+    (returns_new_tensors, "returned list; this adamw_step updates params, exp_avg and exp_avg_sq in place"),
+    (rebinds_the_parameter, r"`p = p - \.\.\.` makes a new tensor"),
+    (replaces_list_items, r"new tensors into the lists \(params\[i\] = \.\.\.\)"),
+    (state_not_kept, "exp_avg is still all zeros"),
+    (stores_the_corrected_averages, "exp_avg differs from torch.optim.AdamW's state"),
+    (zeroes_the_gradients, "modified grads in place"),
+])
+def test_adamw_step_mistakes_are_named(learner, message):
+    with pytest.raises(CheckFailed, match=message):
+        check_adamw_step(learner)
+
+
+def test_adamw_step_every_mistake_is_told_apart_on_the_visible_cases():
+    """The first visible case separates every named mistake from the right answer and from each other."""
+    from tfcourse.checks.training import _adamw_mistakes, _adamw_reference
+
+    gen = torch.Generator().manual_seed(0)
+    start = [torch.randn(3, 4, generator=gen, dtype=torch.float64), torch.randn(5, generator=gen, dtype=torch.float64)]
+    grads = [[0.01 * torch.randn_like(p) for p in start] for _ in range(4)]
+    expected = torch.cat([p.reshape(-1) for p in _adamw_reference(start, grads, 0.05, (0.9, 0.99), 1e-3, 0.5)[0][-1]])
+    finals = {name: torch.cat([p.reshape(-1) for p in trajectory[-1]])
+              for name, trajectory in _adamw_mistakes(start, grads, 0.05, (0.9, 0.99), 1e-3, 0.5).items()}
+    for name, final in finals.items():
+        assert (final - expected).abs().max() > 1e-4, name
+    names = list(finals)
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            assert (finals[a] - finals[b]).abs().max() > 1e-6, (a, b)
+
+
+def test_adamw_step_leaves_the_learners_random_state_alone():
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    check_adamw_step(adamw_step)
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_adamw_step_answers_are_off_limits():
+    for learner, name in [(calls_torch_adamw, "torch.optim.AdamW"), (calls_torch_adam_with_l2, "torch.optim.Adam"),
+                          (calls_the_course_optimizer, "configure_optimizer")]:
+        with pytest.raises(OffLimitsError, match=name):
+            check_adamw_step(learner)
+    _PREBUILT["optimizer"] = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(2))])  # made before the check
+    with pytest.raises(OffLimitsError, match="off-limits in this exercise"):
+        check_adamw_step(steps_a_prebuilt_adamw)
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercise 3: the learning-rate schedule
 # ----------------------------------------------------------------------------------------------
 
 
@@ -225,7 +420,7 @@ def test_lr_schedule_answers_are_off_limits(learner, name):
 
 
 # ----------------------------------------------------------------------------------------------
-# Exercise 3: one training step
+# Exercise 4: one training step
 # ----------------------------------------------------------------------------------------------
 
 
@@ -393,7 +588,7 @@ def test_train_step_answers_are_off_limits(learner, name):
 
 
 # ----------------------------------------------------------------------------------------------
-# Exercise 4: the evaluation loop
+# Exercise 5: the evaluation loop
 # ----------------------------------------------------------------------------------------------
 
 

@@ -1,14 +1,17 @@
 """Checks for lesson 08: training a GPT on Tiny Shakespeare.
 
-The batch sampler (against tfcourse.data.get_batch with the same generator), the learning-rate
-schedule (against tfcourse.training.loop.lr_at), one training step (against tfcourse.training.loop.train_step on
-a tiny GPT: the same parameters afterwards) and the evaluation loop (against
+The batch sampler (against tfcourse.data.get_batch with the same generator), AdamW's update by hand
+(against torch.optim.AdamW over several steps), the learning-rate schedule (against
+tfcourse.training.loop.lr_at), one training step (against tfcourse.training.loop.train_step on a tiny
+GPT: the same parameters afterwards) and the evaluation loop (against
 tfcourse.training.loop.estimate_loss, watching the model's mode and autograd while it runs).
+Every check runs @isolated (the learner's random state and defaults are left as they were) on one thread.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -22,8 +25,8 @@ from ..models import GPT, GPTConfig
 from ..training.loop import TrainConfig, default_loss, estimate_loss as reference_estimate_loss
 from ..training.loop import lr_at as reference_lr_at
 from ..training.loop import train_step as reference_train_step
-from .core import (CheckFailed, call_learner, compare, expect_unchanged, hidden_note, learner_namespaces,
-                   off_limits, passed, seeded)
+from .core import (CheckFailed, call_learner, compare, expect_unchanged, hidden_note, isolated, learner_namespaces,
+                   off_limits, one_thread, passed, seeded)
 
 GET_BATCH_OFF_LIMITS = ["tfcourse.data.get_batch"]
 LR_OFF_LIMITS = [
@@ -36,6 +39,17 @@ LR_OFF_LIMITS = [
 ]
 TRAIN_STEP_OFF_LIMITS = ["tfcourse.training.loop.train_step", "tfcourse.training.loop.default_loss"]
 ESTIMATE_LOSS_OFF_LIMITS = ["tfcourse.training.loop.estimate_loss", "tfcourse.training.loop.default_loss"]
+ADAMW_OFF_LIMITS = [
+    "torch.optim.AdamW",
+    "torch.optim.Adam",
+    "torch.optim.AdamW.step",  # also an optimizer built before the check started
+    "torch.optim.Adam.step",
+    "torch.optim.adamw.adamw",
+    "torch.optim.adam.adam",
+    "tfcourse.training.loop.train",
+    "tfcourse.training.loop.train_step",
+    "tfcourse.training.loop.configure_optimizer",
+]
 
 
 def _as_float(value: Any, what: str) -> float:
@@ -101,6 +115,8 @@ def _compare_batch(what: str, x: Any, y: Any, expected: tuple[Tensor, Tensor],
     compare(y, expected[1], f"{what}: y", atol=0, rtol=0)
 
 
+@isolated
+@one_thread
 def check_get_batch(learner_fn: Callable, hidden: bool = False) -> None:
     """get_batch(data, batch_size, context_len, generator) -> (x, y), both (B, T) of torch.long, with
     x[b] = data[i : i + T] and y[b] = data[i + 1 : i + T + 1], i drawn by torch.randint(0, len(data) - T,
@@ -142,7 +158,209 @@ def check_get_batch(learner_fn: Callable, hidden: bool = False) -> None:
 
 
 # ----------------------------------------------------------------------------------------------
-# 2. The learning-rate schedule
+# 2. AdamW's update, by hand
+# ----------------------------------------------------------------------------------------------
+
+
+def _adamw_by_hand(params: list[Tensor], grads_per_step: list[list[Tensor]], lr: float, betas: tuple[float, float],
+                   eps: float, weight_decay: float, *, decay: str = "before", l2: bool = False,
+                   correct_m: bool = True, correct_v: bool = True, step_offset: int = 0, eps_inside: bool = False,
+                   swap_betas: bool = False) -> list[list[Tensor]]:
+    """AdamW written out, with one ingredient changeable: the parameters after every step.
+
+    decay: "before" (AdamW: p·(1 − lr·λ), then the Adam step), "after" (the Adam step, then the decay),
+    "no_lr" (p·(1 − λ)), "step_size" (p·(1 − lr/(1 − β₁ᵗ)·λ)) or "none". l2: λ·p added to the gradient.
+    step_offset: the bias corrections use step + step_offset.
+    """
+    beta1, beta2 = (betas[1], betas[0]) if swap_betas else betas
+    params = [p.detach().clone() for p in params]
+    m = [torch.zeros_like(p) for p in params]
+    v = [torch.zeros_like(p) for p in params]
+    trajectory = []
+    for step, grads in enumerate(grads_per_step, start=1):
+        t = step + step_offset
+        with torch.no_grad():
+            for p, g, m_, v_ in zip(params, grads, m, v):
+                if l2:
+                    g = g + weight_decay * p
+                correction1 = 1 - beta1 ** t if correct_m else 1.0
+                correction2 = 1 - beta2 ** t if correct_v else 1.0
+                if decay == "before":
+                    p.mul_(1 - lr * weight_decay)
+                elif decay == "no_lr":
+                    p.mul_(1 - weight_decay)
+                elif decay == "step_size":
+                    p.mul_(1 - lr / correction1 * weight_decay)
+                m_.mul_(beta1).add_(g, alpha=1 - beta1)
+                v_.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+                m_hat, v_hat = m_ / correction1, v_ / correction2
+                denominator = (v_hat + eps).sqrt() if eps_inside else v_hat.sqrt() + eps
+                p.sub_(lr * m_hat / denominator)
+                if decay == "after":
+                    p.mul_(1 - lr * weight_decay)
+        trajectory.append([p.clone() for p in params])
+    return trajectory
+
+
+def _adamw_mistakes(params: list[Tensor], grads_per_step: list[list[Tensor]], lr: float, betas: tuple[float, float],
+                    eps: float, weight_decay: float) -> dict[str, list[list[Tensor]]]:
+    """What the usual mistakes give, step by step (description -> parameters after each step)."""
+    run = functools.partial(_adamw_by_hand, params, grads_per_step, lr, betas, eps, weight_decay)
+    return {
+        "Adam with L2 regularisation: λ·p added to the gradient, so it goes through m and v and is divided by "
+        "√v̂ like the rest; AdamW's decay is decoupled: shrink the weights by lr·λ directly, outside m and v":
+            run(decay="none", l2=True),
+        "AdamW *without* bias correction: m and v start at 0, so the first steps are too small; divide m by "
+        "(1 − β₁ᵗ) and v by (1 − β₂ᵗ)": run(correct_m=False, correct_v=False),
+        "AdamW with the bias correction of m only: v also needs its own, v / (1 − β₂ᵗ)": run(correct_v=False),
+        "AdamW with the bias correction of v only: m also needs its own, m / (1 − β₁ᵗ)": run(correct_m=False),
+        "the weight decay applied *after* the Adam update: decay the weights as they were before this step, "
+        "p·(1 − lr·λ), then take the Adam step": run(decay="after"),
+        "a weight decay not scaled by the learning rate, p·(1 − λ): the decay is p·(1 − lr·λ)": run(decay="no_lr"),
+        "a weight decay scaled by the bias-corrected step size lr/(1 − β₁ᵗ): the decay is p·(1 − lr·λ), "
+        "with the plain lr": run(decay="step_size"),
+        "AdamW *without* weight decay: shrink the weights by p·(1 − lr·λ) before the Adam step":
+            run(decay="none"),
+        "ε inside the square root, √(v̂ + ε): AdamW adds it outside, √v̂ + ε": run(eps_inside=True),
+        "bias corrections computed with step + 1: step already counts from 1 (it is 1 at the first update)":
+            run(step_offset=1),
+        "β₁ and β₂ swapped: m averages with β₁, v with β₂": run(swap_betas=True),
+    }
+
+
+def _adamw_reference(params: list[Tensor], grads_per_step: list[list[Tensor]], lr: float, betas: tuple[float, float],
+                     eps: float, weight_decay: float) -> tuple[list[list[Tensor]], ...]:
+    """torch.optim.AdamW, step by step: (parameters, exp_avg, exp_avg_sq) after each step."""
+    params = [nn.Parameter(p.detach().clone()) for p in params]
+    optimizer = torch.optim.AdamW(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, foreach=False,
+                                  fused=False)
+    trajectory, averages, squares = [], [], []
+    for grads in grads_per_step:
+        for p, g in zip(params, grads):
+            p.grad = g.clone()
+        optimizer.step()
+        trajectory.append([p.detach().clone() for p in params])
+        averages.append([optimizer.state[p]["exp_avg"].clone() for p in params])
+        squares.append([optimizer.state[p]["exp_avg_sq"].clone() for p in params])
+    return trajectory, averages, squares
+
+
+def _stacked(tensors: list[Tensor]) -> Tensor:
+    return torch.cat([t.detach().reshape(-1) for t in tensors])
+
+
+def _matches(actual: Tensor, wrong: list[Tensor], atol: float, rtol: float) -> bool:
+    wrong_flat = _stacked(wrong)
+    return actual.shape == wrong_flat.shape and bool(torch.isfinite(wrong_flat).all()) and bool(
+        torch.allclose(actual.double(), wrong_flat.double(), atol=atol, rtol=rtol))
+
+
+@isolated
+@one_thread
+def check_adamw_step(learner_fn: Callable, hidden: bool = False) -> None:
+    """adamw_step(params, grads, exp_avg, exp_avg_sq, step, lr, betas, eps, weight_decay) -> None: one AdamW update
+    of every tensor in `params`, in place, with the running averages exp_avg (m) and exp_avg_sq (v) updated in
+    place too; `step` counts from 1. Called under torch.no_grad() for several steps in a row, it must give the
+    parameters and state of torch.optim.AdamW."""
+    # (shapes, steps, lr, betas, eps, weight_decay, gradient scale, dtype)
+    cases = [
+        # Large lr, decay and ε next to small gradients: every usual mistake moves the weights visibly.
+        ([(3, 4), (5,)], 4, 0.05, (0.9, 0.99), 1e-3, 0.5, 0.01, torch.float64),
+        ([(2, 3, 4), (1,)], 3, 1e-2, (0.8, 0.95), 1e-8, 0.1, 1.0, torch.float32),  # float32 stays float32
+    ]
+    if hidden:
+        cases += [
+            ([(7,), (1,)], 5, 3e-3, (0.9, 0.999), 1e-8, 0.0, 1.0, torch.float64),  # the no-decay group
+            ([(4, 4)], 6, 0.05, (0.0, 0.9), 1e-6, 0.2, 0.1, torch.float64),  # β₁ = 0: no momentum
+            ([(16, 8), (8,)], 6, 1e-3, (0.9, 0.99), 1e-8, 0.1, 3.0, torch.float32),
+        ]
+    prepared = []
+    for index, (shapes, n_steps, lr, betas, eps, weight_decay, scale, dtype) in enumerate(cases):
+        gen = seeded(30 + index)
+        start = [torch.randn(shape, generator=gen, dtype=torch.float64).to(dtype) for shape in shapes]
+        grads_per_step = [[(scale * torch.randn(shape, generator=gen, dtype=torch.float64)).to(dtype)
+                           for shape in shapes] for _ in range(n_steps)]
+        expected, averages, squares = _adamw_reference(start, grads_per_step, lr, betas, eps, weight_decay)
+        mistakes = _adamw_mistakes(start, grads_per_step, lr, betas, eps, weight_decay)
+        prepared.append((shapes, start, grads_per_step, (lr, betas, eps, weight_decay), dtype, expected, averages,
+                         squares, mistakes))
+
+    with off_limits(ADAMW_OFF_LIMITS, "AdamW's update", learner_namespaces(learner_fn)):
+        results = []
+        for shapes, start, grads_per_step, (lr, betas, eps, weight_decay), *_ in prepared:
+            # The tensors an optimizer holds: parameters are leaves that need grad; the state starts at 0.
+            ours = ([nn.Parameter(p.clone()) for p in start], [torch.zeros_like(p) for p in start],
+                    [torch.zeros_like(p) for p in start])
+            steps = []
+            for step, grads in enumerate(grads_per_step, start=1):
+                given = tuple(list(tensors) for tensors in ours)  # new lists, our tensors
+                grads = [g.clone() for g in grads]
+                grads_before = [g.clone() for g in grads]
+                params_before = _stacked(ours[0]).clone()
+                what = (f"adamw_step (step {step}, lr={lr:g}, betas={betas}, eps={eps:g}, "
+                        f"weight_decay={weight_decay:g}, tensors of shapes {', '.join(str(s) for s in shapes)})")
+                with torch.no_grad():  # as optimizer.step() runs it
+                    returned = call_learner(what, learner_fn, given[0], grads, given[1], given[2], step, lr, betas,
+                                            eps, weight_decay)
+                replaced = any(a is not b for new, old in zip(given, ours) for a, b in zip(new, old))
+                steps.append((what, returned, replaced, params_before, *(_stacked(t).clone() for t in ours),
+                              grads_before, grads))
+            results.append(steps)
+
+    for (_, _, _, _, dtype, expected, averages, squares, mistakes), steps in zip(prepared, results):
+        atol, rtol = (1e-10, 1e-8) if dtype == torch.float64 else (1e-6, 1e-5)
+        trajectory = [record[4] for record in steps]  # the learner's parameters after each step
+        # A mistake that gives the learner's parameters at every step: two mistakes may agree on one step, and
+        # some (β₁, β₂ swapped) agree with AdamW at step 1 and show only in the state.
+        explained = next((description for description, wrong in mistakes.items()
+                          if all(_matches(mine, theirs, atol, rtol) for mine, theirs in zip(trajectory, wrong))), None)
+        for step, (what, returned, replaced, before, after, m, v, grads_before, grads) in enumerate(steps, start=1):
+            if torch.equal(after, before):
+                if replaced:
+                    raise CheckFailed(f"{what}: params are unchanged because you put new tensors into the lists "
+                                      "(params[i] = ...); the optimizer keeps the old ones: update each tensor in "
+                                      "place (p.sub_(...), p.mul_(...) or p.copy_(...))")
+                if returned is not None:
+                    raise CheckFailed(f"{what}: params are unchanged and the function returned "
+                                      f"{type(returned).__name__}; this adamw_step updates params, exp_avg and "
+                                      "exp_avg_sq in place (p.sub_(...), p.mul_(...) or p.copy_(...)) and returns None")
+                raise CheckFailed(f"{what}: params are unchanged; `p = p - ...` makes a new tensor and drops it: "
+                                  "update the tensors themselves in place (p.sub_(...), p.mul_(...) or p.copy_(...))")
+            if not torch.isfinite(after).all():
+                hint = (" — a bias correction with step − 1 is 1 − β⁰ = 0 at the first update, a division by zero: "
+                        "step counts from 1 here" if step == 1 else "")
+                raise CheckFailed(f"{what}: your parameters contain NaN or inf{hint}")
+            reference = _stacked(expected[step - 1])
+            if not torch.allclose(after.double(), reference.double(), atol=atol, rtol=rtol):
+                if explained is not None:
+                    raise CheckFailed(f"{what}: your parameters equal {explained}")
+                for description, wrong in mistakes.items():
+                    if _matches(after, wrong[step - 1], atol, rtol):
+                        raise CheckFailed(f"{what}: your parameters equal {description}")
+                worst = (after.double() - reference.double()).abs().max().item()
+                raise CheckFailed(f"{what}: your parameters differ from torch.optim.AdamW's (largest difference "
+                                  f"{worst:.3g})")
+            for name, actual, wanted in (("exp_avg", m, averages), ("exp_avg_sq", v, squares)):
+                reference = _stacked(wanted[step - 1])
+                if not torch.allclose(actual.double(), reference.double(), atol=atol, rtol=rtol):
+                    if explained is not None:
+                        raise CheckFailed(f"{what}: your {name} differs from torch.optim.AdamW's state, and over all "
+                                          f"the steps your parameters equal {explained}")
+                    if not actual.any():
+                        raise CheckFailed(f"{what}: {name} is still all zeros: update the running averages in place, "
+                                          "so that the next step continues from them")
+                    raise CheckFailed(f"{what}: {name} differs from torch.optim.AdamW's state; it holds the running "
+                                      "average itself, before bias correction (the correction is recomputed at each "
+                                      "step)")
+            if any(not torch.equal(old, new) for old, new in zip(grads_before, grads)):
+                raise CheckFailed(f"{what}: your code modified grads in place; they belong to the caller: compute "
+                                  "with them without changing them")
+    total = sum(len(steps) for steps in results)
+    passed(f"adamw_step matches torch.optim.AdamW over {total} steps on {len(cases)} cases{hidden_note(hidden)}")
+
+
+# ----------------------------------------------------------------------------------------------
+# 3. The learning-rate schedule
 # ----------------------------------------------------------------------------------------------
 
 
@@ -190,6 +408,8 @@ def _schedule_mistakes(steps: list[int], c: TrainConfig) -> dict[str, Tensor]:
     return mistakes
 
 
+@isolated
+@one_thread
 def check_lr_schedule(learner_fn: Callable, hidden: bool = False) -> None:
     """lr_at(step, config): linear warm-up from 0 to config.lr over config.warmup_steps steps, then half a
     cosine down to config.min_lr at config.max_steps, and min_lr afterwards; the same as tfcourse.training.loop.lr_at."""
@@ -238,7 +458,7 @@ def check_lr_schedule(learner_fn: Callable, hidden: bool = False) -> None:
 
 
 # ----------------------------------------------------------------------------------------------
-# 3. One training step
+# 4. One training step
 # ----------------------------------------------------------------------------------------------
 
 
@@ -297,6 +517,8 @@ class _StepSpy:
         return events
 
 
+@isolated
+@one_thread
 def check_train_step(learner_fn: Callable, hidden: bool = False) -> None:
     """train_step(model, batch, optimizer, grad_clip) -> loss as a Python float: forward, cross-entropy loss,
     backward, clip the gradient norm to grad_clip, optimizer step, zero the gradients. After the same steps,
@@ -393,7 +615,7 @@ def check_train_step(learner_fn: Callable, hidden: bool = False) -> None:
 
 
 # ----------------------------------------------------------------------------------------------
-# 4. The evaluation loop
+# 5. The evaluation loop
 # ----------------------------------------------------------------------------------------------
 
 
@@ -411,6 +633,8 @@ class _ForwardSpy:
         self.handle = model.embed.register_forward_pre_hook(hook)
 
 
+@isolated
+@one_thread
 def check_estimate_loss(learner_fn: Callable, hidden: bool = False) -> None:
     """estimate_loss(model, batches) -> the mean cross-entropy over the batches (a float), computed in eval mode
     (no dropout) under torch.no_grad(); afterwards the model is back in training mode. The same number as
@@ -474,4 +698,4 @@ def check_estimate_loss(learner_fn: Callable, hidden: bool = False) -> None:
            f"gradients, and leaves the model training{hidden_note(hidden)}")
 
 
-__all__ = ["check_get_batch", "check_lr_schedule", "check_train_step", "check_estimate_loss"]
+__all__ = ["check_get_batch", "check_adamw_step", "check_lr_schedule", "check_train_step", "check_estimate_loss"]

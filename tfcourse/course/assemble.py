@@ -166,7 +166,15 @@ def _find(component: Component, folder: Path) -> Source:
     problem = _run_check(component, obj)
     if problem is not None:
         return Source(component, reference, REFERENCE, f"fails its check: {problem}")
-    return Source(component, obj, str(notebook), "its check passed")
+    return Source(component, obj, _shown(notebook, folder), "its check passed")
+
+
+def _shown(notebook: Path, folder: Path) -> str:
+    """The notebook's path from the course folder (e.g. notebooks/03_attention/03_attention.ipynb)."""
+    try:
+        return str(notebook.resolve().relative_to(folder.resolve().parent))
+    except ValueError:  # not under the folder's parent: the full path
+        return str(notebook)
 
 
 def default_folder() -> Path:
