@@ -11,7 +11,6 @@ from torch import nn
 
 from tfcourse.checks.core import CheckFailed, OffLimitsError
 from tfcourse.checks.ffn import (
-    WORKED_STEPS,
     check_collapse_linear,
     check_feed_forward,
     check_ffn_backward,
@@ -20,7 +19,7 @@ from tfcourse.checks.ffn import (
     check_trace_ffn,
     worked_example_weights,
 )
-from tfcourse.ffn import PositionwiseFeedForward
+from tfcourse.ffn import WORKED_STEPS, PositionwiseFeedForward
 from check_helpers import assert_passes
 
 
