@@ -239,6 +239,8 @@ def test_causal_mask_correct_passes(capfd):
     (lambda t_q, t_k=None, device=None: torch.ones(t_q, t_k or t_q, dtype=torch.bool).triu(
         (t_k or t_q) - t_q), "transposed mask"),
     (lambda t_q, t_k=None, device=None: torch.ones(t_q, t_k or t_q, dtype=torch.bool).tril(), "shift the diagonal"),
+    (lambda t_q, t_k=None, device=None: torch.ones(t_q, t_k or t_q, dtype=torch.bool, device=device).tril(
+        (t_k or t_q) - t_q + 1), "sees the next \\(future\\) token"),
     (lambda t_q, t_k=None, device=None: torch.zeros(t_q, t_k or t_q).masked_fill(
         ~causal(t_q, t_k), float("-inf")), "additive"),
 ])

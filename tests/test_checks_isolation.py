@@ -62,3 +62,22 @@ def test_a_check_leaves_the_learners_state_as_it_was_and_passes_in_float64(learn
     assert random.getstate() == python_state, "the check moved the learner's Python generator"
     assert torch.get_default_dtype() == torch.float64
     assert capsys.readouterr().out.count("✔") == 2
+
+
+def test_a_tensor_subclass_cannot_answer_the_comparison():
+    """A subclass whose __torch_function__ makes every comparison true must not pass a check."""
+    from tfcourse.checks.core import CheckFailed, compare
+
+    class AlwaysClose(torch.Tensor):
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            if func in (torch.allclose, torch.equal, torch.Tensor.allclose):
+                return True
+            return super().__torch_function__(func, types, args, kwargs or {})
+
+    fake = torch.zeros(3).as_subclass(AlwaysClose)
+    with pytest.raises(CheckFailed, match="plain torch.Tensor, got the subclass AlwaysClose"):
+        compare(fake, torch.ones(3), "log_softmax(x)")
+    with pytest.raises(CheckFailed, match="plain torch.Tensor"):
+        check_log_softmax(lambda logits, dim=-1: my_log_softmax(logits, dim).as_subclass(AlwaysClose))
+    compare(torch.nn.Parameter(torch.ones(3)), torch.ones(3), "a parameter")  # parameters are fine

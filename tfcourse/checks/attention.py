@@ -307,6 +307,8 @@ def check_causal_mask(learner_fn: Callable, hidden: bool = False) -> None:
             "future must be False": ~expected,
             "a mask that blocks the diagonal: every token must be allowed to see itself":
                 ones.tril(diagonal=offset - 1),
+            "a mask shifted the other way: each query also sees the next (future) token; the diagonal is the "
+            "last position a query may see": ones.tril(diagonal=offset + 1),
             "a transposed mask: you blocked the past (lower triangle) instead of the future (upper triangle)":
                 ones.triu(diagonal=offset),
             "the square mask's pattern: for t_k > t_q the queries are the *last* t_q positions, so query i "

@@ -299,6 +299,10 @@ def compare(actual: Any, expected: Tensor, what: str, mistakes: Mapping[str, Ten
     """
     if not isinstance(actual, Tensor):
         raise CheckFailed(f"{what}: expected a torch.Tensor, got {type(actual).__name__}")
+    if type(actual) not in (Tensor, torch.nn.Parameter):
+        # A subclass can answer the comparison itself (__torch_function__): only plain tensors count.
+        raise CheckFailed(f"{what}: expected a plain torch.Tensor, got the subclass {type(actual).__name__}; "
+                          "return an ordinary tensor")
     if actual.shape != expected.shape:
         raise CheckFailed(f"{what}: expected shape {_shape(expected)}, got {_shape(actual)}")
     if check_dtype and actual.dtype != expected.dtype:
