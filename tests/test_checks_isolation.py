@@ -81,3 +81,70 @@ def test_a_tensor_subclass_cannot_answer_the_comparison():
     with pytest.raises(CheckFailed, match="plain torch.Tensor"):
         check_log_softmax(lambda logits, dim=-1: my_log_softmax(logits, dim).as_subclass(AlwaysClose))
     compare(torch.nn.Parameter(torch.ones(3)), torch.ones(3), "a parameter")  # parameters are fine
+
+
+LEARNER_LESSON_05 = '''
+import torch
+from torch import nn
+from tfcourse.attention import MultiHeadAttention
+from tfcourse.ffn import PositionwiseFeedForward
+
+
+class LayerNorm(nn.Module):  # wrong: the unbiased variance
+    def __init__(self, d_model, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d_model))
+        self.bias = nn.Parameter(torch.zeros(d_model))
+
+    def forward(self, x):
+        centred = x - x.mean(-1, keepdim=True)
+        return self.weight * centred / torch.sqrt(x.var(-1, keepdim=True) + self.eps) + self.bias
+
+
+def sublayer_connection(x, sublayer, norm, norm_first=False):
+    return x + sublayer(norm(x)) if norm_first else norm(x + sublayer(x))
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, d_model, n_heads, d_ff=None, dropout=0.1, norm_first=False):
+        super().__init__()
+        self.norm_first = norm_first
+        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout)
+        self.ffn = PositionwiseFeedForward(d_model, d_ff, dropout)
+        self.norm1, self.norm2 = LayerNorm(d_model), LayerNorm(d_model)
+        self.dropout1, self.dropout2 = nn.Dropout(dropout), nn.Dropout(dropout)
+
+    def forward(self, x, mask=None):
+        x = sublayer_connection(x, lambda h: self.dropout1(self.self_attn(h, mask=mask)), self.norm1, ORDER)
+        return sublayer_connection(x, lambda h: self.dropout2(self.ffn(h)), self.norm2, ORDER)
+'''
+
+
+def _learner_module(source: str, name: str):
+    import sys
+    import types
+
+    module = types.ModuleType(name)
+    sys.modules[name] = module
+    exec(compile(source, name, "exec"), module.__dict__)  # noqa: S102 - a learner's notebook, in a test
+    return module
+
+
+def test_a_layer_is_graded_on_its_own_when_an_earlier_exercise_is_wrong(capsys):
+    from tfcourse.checks.blocks import check_encoder_layer
+
+    learner = _learner_module(LEARNER_LESSON_05.replace("ORDER", "self.norm_first"), "_learner_05_right")
+    check_encoder_layer(learner.EncoderLayer)  # passes: the composition is right
+    out = capsys.readouterr().out
+    assert "right with the reference LayerNorm in place; with yours it fails" in out
+    assert "fix exercise 1 (LayerNorm) first" in out
+
+
+def test_a_wrong_composition_still_fails_with_the_reference_parts():
+    from tfcourse.checks.blocks import check_encoder_layer
+    from tfcourse.checks.core import CheckFailed
+
+    learner = _learner_module(LEARNER_LESSON_05.replace("ORDER", "not self.norm_first"), "_learner_05_wrong")
+    with pytest.raises(CheckFailed):
+        check_encoder_layer(learner.EncoderLayer)

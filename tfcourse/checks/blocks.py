@@ -21,9 +21,9 @@ import torch
 from torch import Tensor, nn
 
 from ..attention import causal_mask, padding_mask
-from ..blocks import DecoderLayer, Encoder, EncoderLayer, LayerNorm
+from ..blocks import DecoderLayer, Encoder, EncoderLayer, LayerNorm, sublayer_connection
 from ..models import trace_shapes
-from .core import (isolated, CheckFailed, call_learner, compare, expect_portable, expect_unchanged, learner_namespaces,
+from .core import (isolated, judged_on_its_own, CheckFailed, call_learner, compare, expect_portable, expect_unchanged, learner_namespaces,
                    off_limits, one_thread, passed)
 
 # torch's own LayerNorm, under every name it can be reached by: off-limits in every exercise of this lesson.
@@ -394,9 +394,37 @@ def _encoder_layer_cases(hidden: bool) -> list[dict]:
     return cases
 
 
+# Earlier exercises of this lesson that the layers call by name, with the references that stand in
+# while a layer is judged on its own (a bug in your LayerNorm costs the LayerNorm exercise only).
+LAYER_PARTS = {
+    "LayerNorm": ("exercise 1 (LayerNorm)", lambda: LayerNorm),
+    "sublayer_connection": ("exercise 2 (sublayer_connection)", lambda: sublayer_connection),
+}
+STACK_PARTS = {
+    **LAYER_PARTS,
+    "EncoderLayer": ("exercise 3 (EncoderLayer)", lambda: _called_positionally(EncoderLayer)),
+}
+
+
+def _called_positionally(layer: type) -> Callable[..., nn.Module]:
+    """The reference layer, callable as the lesson's layers are: (d_model, n_heads, d_ff, dropout, norm_first)."""
+
+    def build(d_model: int, n_heads: int, d_ff: int | None = None, dropout: float = 0.1,
+              norm_first: bool = False) -> nn.Module:
+        return layer(d_model, n_heads, d_ff, dropout=dropout, norm_first=norm_first)
+
+    build.__wrapped__ = layer
+    return build
+
+
 @isolated
 @one_thread
 def check_encoder_layer(learner_cls: Any, hidden: bool = False) -> None:
+    """Self-attention -> FFN, each wrapped by sublayer_connection; post-LN by default, pre-LN with norm_first."""
+    judged_on_its_own(_check_encoder_layer, learner_cls, hidden, LAYER_PARTS)
+
+
+def _check_encoder_layer(learner_cls: Any, hidden: bool = False) -> None:
     """Self-attention -> FFN, each wrapped by sublayer_connection; post-LN by default, pre-LN with norm_first."""
     cases = _encoder_layer_cases(hidden)
     for seed, case in enumerate(cases):
@@ -514,6 +542,11 @@ def _decoder_mistakes(reference: DecoderLayer, x: Tensor, memory: Tensor, self_m
 @one_thread
 def check_decoder_layer(learner_cls: Any, hidden: bool = False) -> None:
     """Masked self-attention -> cross-attention (Q from the decoder, K/V from H) -> FFN, each wrapped."""
+    judged_on_its_own(_check_decoder_layer, learner_cls, hidden, LAYER_PARTS)
+
+
+def _check_decoder_layer(learner_cls: Any, hidden: bool = False) -> None:
+    """Masked self-attention -> cross-attention (Q from the decoder, K/V from H) -> FFN, each wrapped."""
     cases = _decoder_layer_cases(hidden)
     for seed, case in enumerate(cases):
         gen = torch.Generator().manual_seed(300 + seed)
@@ -557,6 +590,11 @@ def check_decoder_layer(learner_cls: Any, hidden: bool = False) -> None:
 @isolated
 @one_thread
 def check_encoder(learner_cls: Any, hidden: bool = False) -> None:
+    """N encoder layers with their own weights; pre-LN ends with one LayerNorm; (B, T, d_model) in and out."""
+    judged_on_its_own(_check_encoder, learner_cls, hidden, STACK_PARTS)
+
+
+def _check_encoder(learner_cls: Any, hidden: bool = False) -> None:
     """N encoder layers with their own weights; pre-LN ends with one LayerNorm; (B, T, d_model) in and out."""
     cases = [
         dict(n_layers=3, batch=2, length=5, d_model=16, n_heads=4, d_ff=None, norm_first=False, lengths=[5, 2]),

@@ -326,6 +326,72 @@ def expect_unchanged(before: Sequence[Tensor], after: Sequence[Tensor], what: st
             raise CheckFailed(f"{what}: your code modified input #{i + 1} in place; work on a copy instead")
 
 
+@contextlib.contextmanager
+def names_replaced(namespace: dict[str, Any], values: Mapping[str, Any]) -> Iterator[None]:
+    """Bind `values` in `namespace` (a notebook's globals) for a while, then put back what was there."""
+    missing = object()
+    saved = {name: namespace.get(name, missing) for name in values}
+    namespace.update(values)
+    try:
+        yield
+    finally:
+        for name, old in saved.items():
+            if old is missing:
+                namespace.pop(name, None)
+            else:
+                namespace[name] = old
+
+
+def judged_on_its_own(check: Callable, learner_obj: Any, hidden: bool,
+                      earlier: Mapping[str, tuple[str, Callable[[], Any]]]) -> None:
+    """Grade a composite exercise (a layer built from earlier exercises) on its own.
+
+    `earlier` maps a name the learner's code looks up (e.g. "LayerNorm") to (the exercise that
+    defines it, a function returning the reference). Where the learner's namespace holds their own
+    version, `check` runs first with the references in its place: if that fails, the composition is
+    wrong and its message stands. Then `check` runs as the learner wrote it; if only that fails,
+    the exercise still passes, and the line says which earlier exercise to fix.
+    """
+    namespaces = learner_namespaces(learner_obj)
+    namespace = namespaces[0] if namespaces else {}
+    references = {name: make() for name, (_, make) in earlier.items()}
+    def is_reference(name: str) -> bool:
+        reference = references[name]
+        return namespace[name] is reference or namespace[name] is getattr(reference, "__wrapped__", None)
+
+    theirs = [name for name in earlier if name in namespace and not is_reference(name)]
+    if not theirs:
+        check(learner_obj, hidden)
+        return
+    with names_replaced(namespace, {name: references[name] for name in theirs}), \
+            contextlib.redirect_stdout(io.StringIO()):
+        check(learner_obj, hidden)  # a CheckFailed here is the composite's own mistake
+    output = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(output):
+            check(learner_obj, hidden)
+    except CheckFailed as failure:
+        culprits = [name for name in theirs if _passes_with(check, learner_obj, hidden, namespace,
+                                                            {name: references[name]})] or theirs
+        exercises = " and ".join(earlier[name][0] for name in culprits)
+        reason = str(failure).splitlines()[0]
+        passed(f"{getattr(learner_obj, '__name__', 'your code')} is right with the reference "
+               f"{' and '.join(culprits)} in place; with yours it fails ({reason}) — fix {exercises} first")
+        return
+    print(output.getvalue(), end="")
+
+
+def _passes_with(check: Callable, learner_obj: Any, hidden: bool, namespace: dict[str, Any],
+                 values: Mapping[str, Any]) -> bool:
+    """Does `check` pass with `values` bound in the learner's namespace? (Quietly.)"""
+    try:
+        with names_replaced(namespace, values), contextlib.redirect_stdout(io.StringIO()):
+            check(learner_obj, hidden)
+    except CheckFailed:
+        return False
+    return True
+
+
 def isolated(check: Callable) -> Callable:
     """Run a check so that it leaves no trace and sees none: the learner's random generators (Python,
     torch CPU and CUDA) are forked, so a test cell changes no number the learner's next cells draw,

@@ -122,30 +122,15 @@ def _namespace(obj: Any) -> dict[str, Any]:
     return (obj.__init__ if isinstance(obj, type) else obj).__globals__
 
 
-@contextlib.contextmanager
-def _names_set(namespace: dict[str, Any], values: dict[str, Any]) -> Iterator[None]:
-    missing = object()
-    saved = {name: namespace.get(name, missing) for name in values}
-    namespace.update(values)
-    try:
-        yield
-    finally:
-        for name, old in saved.items():
-            if old is missing:
-                namespace.pop(name, None)
-            else:
-                namespace[name] = old
-
-
 def _run_check(component: Component, obj: Any) -> str | None:
     """None when `obj` passes its exercise check (the visible cases), else the check's message."""
-    from ..checks.core import CheckFailed  # the checks are course machinery, like this module
+    from ..checks.core import CheckFailed, names_replaced  # the checks are course machinery, like this module
 
     module_name, _, function = component.check.rpartition(".")
     check = getattr(importlib.import_module(f"tfcourse.checks.{module_name}"), function)
     references = {name: _REFERENCES_BY_NAME[name]() for name in component.uses}
     try:
-        with _names_set(_namespace(obj), references), contextlib.redirect_stdout(io.StringIO()):
+        with names_replaced(_namespace(obj), references), contextlib.redirect_stdout(io.StringIO()):
             check(obj)  # the check's ✔ line is not news here
     except CheckFailed as failure:
         return str(failure).splitlines()[0]
