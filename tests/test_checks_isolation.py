@@ -148,3 +148,15 @@ def test_a_wrong_composition_still_fails_with_the_reference_parts():
     learner = _learner_module(LEARNER_LESSON_05.replace("ORDER", "not self.norm_first"), "_learner_05_wrong")
     with pytest.raises(CheckFailed):
         check_encoder_layer(learner.EncoderLayer)
+
+
+def test_checks_modules_are_read_only_from_a_notebook():
+    import tfcourse.checks.core as core
+    import tfcourse.checks.ffn as ffn
+
+    for module, name in ((ffn, "check_feed_forward"), (core, "compare")):
+        with pytest.raises(AttributeError, match="read-only"):
+            setattr(module, name, lambda *args, **kwargs: None)
+        with pytest.raises(AttributeError, match="read-only"):
+            delattr(module, name)
+    assert callable(ffn.check_feed_forward) and ffn.check_feed_forward.__module__ == "tfcourse.checks.ffn"

@@ -191,10 +191,13 @@ CASES = [
                 integrity=r"assigns to `get_ipython\(\)\.showtraceback`"),
     with_fields(notebook_case("stderr from a background thread, in every cell", FFN,
                               lambda: insert_cell_after_setup(complete(FFN), STDERR_THREAD)), repeat=True),
+    # nothing implemented, the check replaced: checks modules are read-only, so the real check runs
     with_fields(notebook_case("replaces the check its test cell imports", FFN,
                               lambda: insert_cell_after_setup(
-                                  complete(FFN), "import tfcourse.checks.ffn as checks\n"
-                                                 "checks.check_collapse_linear = lambda *args, **kwargs: None")),
+                                  stub(complete(FFN), "collapse_impl", student_version(FFN)),
+                                  "import tfcourse.checks.ffn as checks\n"
+                                  "checks.check_collapse_linear = lambda *args, **kwargs: None"),
+                              {"collapse_tests": (0, "not implemented yet")}),
                 integrity=r"assigns to `tfcourse\.checks\.ffn\.check_collapse_linear`"),
     notebook_case("calls sys.exit(0)", FFN, ffn_forward("import sys\n        sys.exit(0)"),
                   {"ffn_tests": (0, r"sys\.exit")}),

@@ -214,6 +214,11 @@ class _Patches:
         self._undo: list[Callable[[], None]] = []
 
     def set(self, owner: Any, attribute: str, value: Any) -> None:
+        if isinstance(owner, types.ModuleType):  # through the dict: a check module refuses setattr
+            namespace, old = vars(owner), vars(owner)[attribute]
+            namespace[attribute] = value
+            self._undo.append(lambda: namespace.__setitem__(attribute, old))
+            return
         had_own = isinstance(owner, type) and attribute in owner.__dict__
         old = owner.__dict__[attribute] if isinstance(owner, type) and had_own else getattr(owner, attribute)
         setattr(owner, attribute, value)
@@ -392,6 +397,25 @@ def _passes_with(check: Callable, learner_obj: Any, hidden: bool, namespace: dic
     return True
 
 
+class ReadOnlyModule(types.ModuleType):
+    """A checks module whose names a notebook cannot rebind (`checks.check_x = ...` raises), so a test
+    cell's `from tfcourse.checks.<lesson> import check_x` gets the course's check. (Replacing the whole
+    module in sys.modules is not prevented here: the integrity report names it.)"""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"{self.__name__} is read-only: a notebook cannot replace the course's checks")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"{self.__name__} is read-only: a notebook cannot remove the course's checks")
+
+
+def read_only(module_name: str) -> None:
+    """Make a loaded checks module read-only from outside (its own top-level code still runs)."""
+    module = sys.modules.get(module_name)
+    if module is not None and module_name.startswith("tfcourse.checks") and type(module) is types.ModuleType:
+        module.__class__ = ReadOnlyModule
+
+
 def isolated(check: Callable) -> Callable:
     """Run a check so that it leaves no trace and sees none: the learner's random generators (Python,
     torch CPU and CUDA) are forked, so a test cell changes no number the learner's next cells draw,
@@ -415,6 +439,7 @@ def isolated(check: Callable) -> Callable:
                     torch.set_default_device(device)
                 random.setstate(python_state)
 
+    read_only(check.__module__)  # the module defining a check: nothing in it can be swapped out
     return run
 
 
@@ -436,3 +461,6 @@ def one_thread(check: Callable) -> Callable:
 
 def seeded(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
+
+
+read_only(__name__)  # this machinery too
