@@ -17,7 +17,6 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..data.batching import get_batch as reference_get_batch
