@@ -52,8 +52,9 @@ def cross_entropy(logits: Tensor, targets: Tensor, ignore_index: int | None = No
     if label_smoothing > 0.0:
         uniform = -log_probs.mean(dim=-1)  # (N,) cross-entropy against the uniform distribution
         nll = (1.0 - label_smoothing) * nll + label_smoothing * uniform
-    # Sum and count instead of nll[keep]: boolean indexing would make the CPU wait for a GPU.
-    return (nll * keep).sum() / keep.sum()
+    # Zero the ignored rows and divide by the count, instead of nll[keep]: boolean indexing would make
+    # the CPU wait for a GPU. masked_fill (not nll * keep) keeps a non-finite ignored row out of the sum.
+    return nll.masked_fill(~keep, 0.0).sum() / keep.sum()
 
 
 __all__ = ["log_softmax", "softmax", "cross_entropy"]
