@@ -5,6 +5,7 @@ import random
 import torch
 
 from tfcourse.course import bench
+from tfcourse.data import char_corpus
 from tfcourse.tokenizers import train_bpe
 
 
@@ -19,7 +20,7 @@ def test_bench_bpe_reports_what_it_trained():
 
 def test_bench_training_and_kv_cache_run(monkeypatch):
     text = "".join(chr(97 + (i * 7) % 26) for i in range(3000))
-    report = bench.bench_training(text, steps=3)
+    report = bench.bench_training(char_corpus(text), steps=3)
     assert report["steps"] == 3 and report["tokens_per_sec"] > 0
     kv = bench.bench_kv_cache(new_tokens=20, repeats=1)
     assert kv["with_cache"] > 0 and kv["without_cache"] > 0 and kv["speedup"] > 0
@@ -51,7 +52,7 @@ def test_the_plain_pytorch_baseline_is_the_same_size_as_the_course_gpt():
 
 def test_bench_baseline_and_time_to_loss_run():
     text = "".join(chr(97 + (i * 7) % 26) for i in range(3000))  # a periodic text: learned fast
-    plain = bench.bench_baseline(text, steps=3)
+    plain = bench.bench_baseline(char_corpus(text), steps=3)
     assert plain["steps"] == 3 and plain["tokens_per_sec"] > 0
-    reached = bench.bench_time_to_loss(text, target=3.0, eval_interval=5, eval_steps=2)
+    reached = bench.bench_time_to_loss(char_corpus(text), target=3.0, eval_interval=5, eval_steps=2)
     assert reached["step"] is not None and reached["val_loss"] < 3.0 and reached["seconds"] > 0

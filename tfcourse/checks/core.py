@@ -360,6 +360,7 @@ def judged_on_its_own(check: Callable, learner_obj: Any, hidden: bool,
     namespaces = learner_namespaces(learner_obj)
     namespace = namespaces[0] if namespaces else {}
     references = {name: make() for name, (_, make) in earlier.items()}
+
     def is_reference(name: str) -> bool:
         reference = references[name]
         return namespace[name] is reference or namespace[name] is getattr(reference, "__wrapped__", None)

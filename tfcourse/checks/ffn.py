@@ -12,9 +12,7 @@ A module the learner writes must also run on a GPU: check_feed_forward ends with
 
 from __future__ import annotations
 
-import contextlib
-import io
-import warnings
+from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
@@ -104,10 +102,8 @@ def check_feed_forward(learner_cls, hidden: bool = False) -> None:
     # Right on the CPU; now a fresh one must also follow the input to another device and dtype.
     with off_limits(FFN_OFF_LIMITS, "feed-forward network", learner_namespaces(learner_cls)):
         fresh = _build(learner_cls, 8, 32)
-        # quietly: a print to stderr in the learner's forward would cost the test cell its points
-        with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
-            warnings.simplefilter("ignore")
-            expect_portable(f"{learner_cls.__name__}(8, 32)", fresh, [torch.randn(2, 5, 8)])
+        # expect_portable runs the learner's code quietly (stderr would cost the test cell its points)
+        expect_portable(f"{learner_cls.__name__}(8, 32)", fresh, [torch.randn(2, 5, 8)])
     passed(f"FeedForward matches the reference on {len(cases)} shapes" + hidden_note(hidden))
 
 
@@ -179,6 +175,26 @@ def check_load_paper_weights(load_fn, hidden: bool = False) -> None:
 # ----------------------------------------------------------------------------------------------
 
 
+def _compare_named(result: object, keys: tuple[str, ...], expected: dict[str, Tensor],
+                   mistakes: dict[str, dict[str, Tensor]], fn_name: str, label: str,
+                   compare_one: Callable[..., None]) -> None:
+    """A learner's dict of named tensors against `expected`, key by key, each with its own mistakes;
+    on the worked example the numbers are shown (they are tiny)."""
+    keys = list(keys)
+    if not isinstance(result, dict):
+        raise CheckFailed(f"{fn_name} must return a dict with keys {keys}, got {type(result).__name__}")
+    missing = [key for key in keys if key not in result]
+    if missing:
+        raise CheckFailed(f"{fn_name}'s dict is missing the key(s) {missing}; expected keys {keys}")
+    for key in keys:
+        try:
+            compare_one(result[key], expected[key], f"`{key}` for {label}", mistakes[key])
+        except CheckFailed as error:
+            if label.startswith(WORKED_LABEL) and isinstance(result[key], Tensor):  # tiny: show the numbers
+                raise CheckFailed(f"{error} — expected {_fmt(expected[key])}, got {_fmt(result[key])}") from None
+            raise
+
+
 def _trace_cases(hidden: bool) -> list[tuple[str, nn.Module, Tensor]]:
     worked = _TwoLinear(2, 3)
     with torch.no_grad():  # nn.Linear holds W1ᵀ, W2ᵀ: (out_features, in_features)
@@ -222,18 +238,7 @@ def check_trace_ffn(trace_fn, hidden: bool = False) -> None:
         with torch.no_grad():
             result = call_learner(f"trace_ffn(ffn, x) for {label}", trace_fn, ffn, x)
         expect_unchanged([x_before], [x], "trace_ffn")
-        if not isinstance(result, dict):
-            raise CheckFailed(f"trace_ffn must return a dict with keys {list(TRACE_KEYS)}, got {type(result).__name__}")
-        missing = [key for key in TRACE_KEYS if key not in result]
-        if missing:
-            raise CheckFailed(f"trace_ffn's dict is missing the key(s) {missing}; expected keys {list(TRACE_KEYS)}")
-        for key in TRACE_KEYS:
-            try:
-                compare(result[key], expected[key], f"`{key}` for {label}", mistakes[key])
-            except CheckFailed as error:
-                if label == WORKED_LABEL and isinstance(result[key], Tensor):  # tiny: show the numbers
-                    raise CheckFailed(f"{error} — expected {_fmt(expected[key])}, got {_fmt(result[key])}") from None
-                raise
+        _compare_named(result, TRACE_KEYS, expected, mistakes, "trace_ffn", label, compare)
     passed(f"trace_ffn gives every intermediate right on {len(cases)} inputs, the worked example "
            f"(1, -2) -> (1, -2, 3) -> (1, 0, 3) -> (4, 1) -> (5, -1) first" + hidden_note(hidden))
 
@@ -470,19 +475,7 @@ def check_ffn_backward(learner_fn, hidden: bool = False) -> None:
         with off_limits(BACKWARD_OFF_LIMITS, "the FFN's backward pass by hand", learner_namespaces(learner_fn)):
             result = call_learner(what, learner_fn, *given)
         expect_unchanged(before, given, "ffn_backward")
-        if not isinstance(result, dict):
-            raise CheckFailed(f"ffn_backward must return a dict with keys {list(BACKWARD_KEYS)}, "
-                              f"got {type(result).__name__}")
-        missing = [key for key in BACKWARD_KEYS if key not in result]
-        if missing:
-            raise CheckFailed(f"ffn_backward's dict is missing the key(s) {missing}; expected keys {list(BACKWARD_KEYS)}")
-        for key in BACKWARD_KEYS:
-            try:
-                _compare_gradient(result[key], expected[key], f"`{key}` for {label}", mistakes[key])
-            except CheckFailed as error:
-                if label.startswith(WORKED_LABEL) and isinstance(result[key], Tensor):  # tiny: show the numbers
-                    raise CheckFailed(f"{error} — expected {_fmt(expected[key])}, got {_fmt(result[key])}") from None
-                raise
+        _compare_named(result, BACKWARD_KEYS, expected, mistakes, "ffn_backward", label, _compare_gradient)
     passed(f"ffn_backward agrees with autograd on {len(cases)} inputs, the ReLU's mask, the transposes and the "
            "sums over positions included" + hidden_note(hidden))
 

@@ -39,7 +39,8 @@ from .. import embedding as reference_embedding
 from .. import ffn as reference_ffn
 from .. import output as reference_output
 from ..attention import KVCache
-from ..models import GPT, GPTConfig, Transformer, TransformerConfig, init_gpt_weights, init_transformer_weights
+from ..models import (GPT, GPTConfig, Transformer, TransformerConfig, init_gpt_weights, init_transformer_weights,
+                      layer_options)
 from .notebook_import import NotebookImportError, import_from_notebook
 
 REFERENCE = "tfcourse reference"
@@ -54,30 +55,19 @@ class Component:
     name: str  # the class or function in that notebook
     check: str  # "module.function" in tfcourse.checks
     reference: Callable[[], Any]  # the tfcourse object used when the learner's is not ready
-    # Earlier components this one calls by name: judged with the references in their place, so
-    # a bug in your LayerNorm is charged to your LayerNorm, not to the layers built on it.
-    uses: tuple[str, ...] = ()
 
 
-_REFERENCES_BY_NAME: dict[str, Callable[[], Any]] = {
-    "MultiHeadAttention": lambda: reference_attention.MultiHeadAttention,
-    "PositionwiseFeedForward": lambda: reference_ffn.PositionwiseFeedForward,
-    "LayerNorm": lambda: reference_blocks.LayerNorm,
-    "sublayer_connection": lambda: reference_blocks.sublayer_connection,
-    "EncoderLayer": lambda: _called_like_yours(reference_blocks.EncoderLayer),
-}
-
-
-def _called_like_yours(layer: type, **parts: Any) -> Callable[..., nn.Module]:
-    """The reference layer, callable as the lessons' layers are: (d_model, n_heads, d_ff, dropout,
-    norm_first); `parts` (attention=..., feed_forward=..., norm=...) go to every layer built."""
+def called_like_the_lessons(layer: type, **parts: Any) -> Callable[..., nn.Module]:
+    """A reference layer (keyword-only options), callable as the lessons' layers are: (d_model,
+    n_heads, d_ff, dropout, norm_first); `parts` (attention=..., feed_forward=..., norm=...) go to
+    every layer built. `__wrapped__` names the reference layer."""
 
     def build(d_model: int, n_heads: int, d_ff: int | None = None, dropout: float = 0.1, norm_first: bool = False,
               **options: Any) -> nn.Module:
         return layer(d_model, n_heads, d_ff, dropout=dropout, norm_first=norm_first, **parts, **options)
 
+    build.__wrapped__ = layer
     return build
-_LAYER_PARTS = ("MultiHeadAttention", "PositionwiseFeedForward", "LayerNorm", "sublayer_connection")
 
 
 COMPONENTS = (
@@ -91,11 +81,10 @@ COMPONENTS = (
     Component("residual + LayerNorm", "05_blocks", "sublayer_connection", "blocks.check_sublayer_connection",
               lambda: reference_blocks.sublayer_connection),
     Component("encoder layer", "05_blocks", "EncoderLayer", "blocks.check_encoder_layer",
-              lambda: reference_blocks.EncoderLayer, uses=_LAYER_PARTS),
+              lambda: reference_blocks.EncoderLayer),
     Component("decoder layer", "05_blocks", "DecoderLayer", "blocks.check_decoder_layer",
-              lambda: reference_blocks.DecoderLayer, uses=_LAYER_PARTS),
-    Component("encoder stack", "05_blocks", "Encoder", "blocks.check_encoder", lambda: reference_blocks.Encoder,
-              uses=("EncoderLayer", "LayerNorm")),
+              lambda: reference_blocks.DecoderLayer),
+    Component("encoder stack", "05_blocks", "Encoder", "blocks.check_encoder", lambda: reference_blocks.Encoder),
     Component("cross-entropy", "06_models", "cross_entropy", "models.check_cross_entropy",
               lambda: reference_output.cross_entropy),
     Component("cached generation", "07_decoding", "greedy_generate_cached", "models.check_cached_generation",
@@ -123,14 +112,17 @@ def _namespace(obj: Any) -> dict[str, Any]:
 
 
 def _run_check(component: Component, obj: Any) -> str | None:
-    """None when `obj` passes its exercise check (the visible cases), else the check's message."""
-    from ..checks.core import CheckFailed, names_replaced  # the checks are course machinery, like this module
+    """None when `obj` passes its exercise check (the visible cases), else the check's message.
+
+    A composite (a layer, the stack) is judged by its check with the references of the earlier
+    exercises in place, so a bug in your LayerNorm is charged to your LayerNorm only.
+    """
+    from ..checks.core import CheckFailed  # the checks are course machinery, like this module
 
     module_name, _, function = component.check.rpartition(".")
     check = getattr(importlib.import_module(f"tfcourse.checks.{module_name}"), function)
-    references = {name: _REFERENCES_BY_NAME[name]() for name in component.uses}
     try:
-        with names_replaced(_namespace(obj), references), contextlib.redirect_stdout(io.StringIO()):
+        with contextlib.redirect_stdout(io.StringIO()):
             check(obj)  # the check's ✔ line is not news here
     except CheckFailed as failure:
         return str(failure).splitlines()[0]
@@ -286,7 +278,7 @@ class Parts:
         attention, feed_forward, norm = self.attention(), self.feed_forward(), self.norm()
         is_decoder = key == "decoder layer"
         if not source.is_yours:
-            return _called_like_yours(source.obj, attention=attention, feed_forward=feed_forward, norm=norm)
+            return called_like_the_lessons(source.obj, attention=attention, feed_forward=feed_forward, norm=norm)
         _patch_namespace(source.obj, MultiHeadAttention=attention, PositionwiseFeedForward=feed_forward,
                          LayerNorm=norm, sublayer_connection=self["residual + LayerNorm"].obj)
 
@@ -365,10 +357,6 @@ class Parts:
 
     # --- whole models ------------------------------------------------------------------------
 
-    def _stack_options(self, config: Any) -> dict[str, Any]:
-        return {"dropout": config.dropout, "norm_first": config.norm_first, "activation": config.activation,
-                "fused": config.fused_attention}
-
     def gpt(self, config: GPTConfig) -> GPT:
         """The reference GPT with your input layer, attention, FFN, LayerNorm, layers and stack inside.
 
@@ -379,7 +367,7 @@ class Parts:
         model = GPT(config)
         model.embed = self.input_layer(config.vocab_size, config.d_model, config.max_len, config.dropout)
         model.blocks = self.encoder()(config.n_layers, config.d_model, config.n_heads, config.d_ff,
-                                      **self._stack_options(config))
+                                      **layer_options(config))
         if config.tie_weights:
             model.output.weight = model.embed.token.weight  # (V, d_model) serves both directions
         init_gpt_weights(model, config.n_layers)
@@ -393,7 +381,7 @@ class Parts:
         model.tgt_embed = self.input_layer(config.tgt_vocab_size, config.d_model, config.max_len, config.dropout)
         if config.share_embeddings:
             model.tgt_embed.token = model.src_embed.token
-        options = self._stack_options(config)
+        options = layer_options(config)
         model.encoder = self.encoder()(config.n_layers, config.d_model, config.n_heads, config.d_ff, **options)
         model.decoder = self.decoder()(config.n_layers, config.d_model, config.n_heads, config.d_ff, **options)
         if config.tie_output:

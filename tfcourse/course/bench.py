@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..data import char_corpus, load_tiny_shakespeare
+from ..data import CharCorpus, char_corpus, load_tiny_shakespeare
 from ..decoding import generate
 from ..models import GPT
 from ..training.recipes import CPU_RECIPE  # nanoGPT's CPU recipe; lesson 08 trains it for 2,000 steps
@@ -35,9 +35,8 @@ def bench_bpe(text: str, vocab_size: int = 1000) -> dict:
     return {"seconds": time.perf_counter() - started, "vocab_size": len(vocab), "merges": len(merges)}
 
 
-def bench_training(text: str, steps: int = 300) -> dict:
+def bench_training(corpus: CharCorpus, steps: int = 300) -> dict:
     """Tokens per second of the full training loop (tfcourse.training.loop) on the CPU recipe."""
-    corpus = char_corpus(text)
     model = GPT(CPU_RECIPE.gpt_config(corpus.tokenizer.vocab_size))
     batches = corpus.batches(CPU_RECIPE.batch_size, CPU_RECIPE.context)
     config = dataclasses.replace(CPU_RECIPE.train, max_steps=steps, warmup_steps=min(100, steps),
@@ -68,10 +67,9 @@ class PlainGPT(nn.Module):
         return self.head(self.blocks(x, mask=mask, is_causal=True))  # (B, T, V)
 
 
-def bench_baseline(text: str, steps: int = 300) -> dict:
+def bench_baseline(corpus: CharCorpus, steps: int = 300) -> dict:
     """Tokens per second of PlainGPT trained by a plain loop (AdamW, clipping, cross-entropy, no
     evaluation): what the course's model and loop are compared with, in the same process."""
-    corpus = char_corpus(text)
     m = CPU_RECIPE.model
     torch.manual_seed(0)
     model = PlainGPT(corpus.tokenizer.vocab_size, m.max_len, m.d_model, m.n_heads, m.n_layers)
@@ -96,9 +94,8 @@ class _TargetReached(Exception):
     pass
 
 
-def bench_time_to_loss(text: str, target: float, eval_interval: int = 50, eval_steps: int = 20) -> dict:
+def bench_time_to_loss(corpus: CharCorpus, target: float, eval_interval: int = 50, eval_steps: int = 20) -> dict:
     """Wall time (evaluations included) until the CPU recipe's val loss first falls below `target`."""
-    corpus = char_corpus(text)
     torch.manual_seed(1337)
     model = GPT(CPU_RECIPE.gpt_config(corpus.tokenizer.vocab_size))
     config: TrainConfig = dataclasses.replace(CPU_RECIPE.train, eval_interval=eval_interval, eval_steps=eval_steps,
@@ -150,19 +147,20 @@ def main(argv: list[str] | None = None) -> int:
     chosen = args.only or ["bpe", "train", "target", "kv"]
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     text = load_tiny_shakespeare() if {"bpe", "train", "target"} & set(chosen) else ""
+    corpus = char_corpus(text) if {"train", "target"} & set(chosen) else None  # encoded once for both
     if "bpe" in chosen:
         r = bench_bpe(text)
         print(f"BPE training, Tiny Shakespeare -> vocab {r['vocab_size']} ({r['merges']} merges): "
               f"{r['seconds']:.2f} s   (target <= 10 s)")
     if "train" in chosen:
-        ours, plain = bench_training(text, args.train_steps), bench_baseline(text, args.train_steps)
+        ours, plain = bench_training(corpus, args.train_steps), bench_baseline(corpus, args.train_steps)
         print(f"GPT training, CPU recipe, {ours['steps']} steps: {ours['tokens_per_sec']:,.0f} tokens/s "
               f"({1000 * CPU_RECIPE.tokens_per_step / ours['tokens_per_sec']:.1f} ms/step)   (target >= 12,000 tokens/s)")
         print(f"the same model from PyTorch's modules, plain loop: {plain['tokens_per_sec']:,.0f} tokens/s "
               f"({1000 * CPU_RECIPE.tokens_per_step / plain['tokens_per_sec']:.1f} ms/step); "
               f"ratio tfcourse / plain {ours['tokens_per_sec'] / plain['tokens_per_sec']:.2f}   (target >= 1.0)")
     if "target" in chosen:
-        r = bench_time_to_loss(text, args.target_loss)
+        r = bench_time_to_loss(corpus, args.target_loss)
         if r["step"] is None:
             print(f"CPU recipe never reached val {r['target']}: best {r['val_loss']:.3f} in {r['seconds']:.1f} s")
         else:

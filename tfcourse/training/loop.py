@@ -376,6 +376,12 @@ def save_checkpoint(
         "python_rng": random.getstate(),
         "config": dataclasses.asdict(config),
     }
+    _save_atomically(checkpoint, path)
+
+
+def _save_atomically(obj: Any, path: str | os.PathLike[str]) -> None:
+    """torch.save(obj) to a temporary file next to `path`, then rename it over `path`: a crash while
+    saving leaves the last good file untouched."""
     path = os.fspath(path)
     # The temporary file sits next to the target: os.replace is only atomic within one disk.
     directory = os.path.dirname(os.path.abspath(path))
@@ -385,7 +391,7 @@ def save_checkpoint(
     )
     try:
         with os.fdopen(handle, "wb") as file:
-            torch.save(checkpoint, file)
+            torch.save(obj, file)
             file.flush()
             os.fsync(file.fileno())  # on disk for real before the rename
         os.replace(temporary_path, path)
@@ -488,12 +494,7 @@ class _CompiledOrEager:
 
 def _save_best(path: str, model: nn.Module, step: int, val_loss: float) -> None:
     """The weights at the best val loss (nanoGPT keeps only these): model, step and loss."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    handle, temporary_path = tempfile.mkstemp(dir=directory, prefix=os.path.basename(path) + ".", suffix=".tmp")
-    with os.fdopen(handle, "wb") as file:
-        torch.save({"model": model.state_dict(), "step": step, "val_loss": val_loss}, file)
-    os.replace(temporary_path, path)
+    _save_atomically({"model": model.state_dict(), "step": step, "val_loss": val_loss}, path)
 
 
 def train(
@@ -576,18 +577,18 @@ def train(
             save_now = config.checkpoint_path is not None and (
                 is_last or (config.checkpoint_interval and step % config.checkpoint_interval == 0)
             )
-            if evaluate_now or save_now or step % config.log_interval == 0:
-                read_back_losses()
-                progress.set_postfix({"loss": f"{history['train_loss'][-1]:.4f}", "lr": f"{lr:.2e}",
-                                      "val": f"{history['val_loss'][-1]:.4f}"}, refresh=False)
+            read_now = evaluate_now or save_now or step % config.log_interval == 0
+            if read_now:
+                read_back_losses()  # first: the GPU has caught up before an evaluation is timed
             if evaluate_now:
                 eval_started = time.perf_counter()
                 losses = estimate()
                 eval_seconds += time.perf_counter() - eval_started
                 if record_estimate(history, step, losses) and config.best_checkpoint_path is not None:
                     _save_best(config.best_checkpoint_path, model, step, losses["val"])
+            if read_now:
                 progress.set_postfix({"loss": f"{history['train_loss'][-1]:.4f}", "lr": f"{lr:.2e}",
-                                      "val": f"{losses['val']:.4f}"}, refresh=False)
+                                      "val": f"{history['val_loss'][-1]:.4f}"}, refresh=False)
             if save_now:  # after the estimate, so the checkpoint's history includes it
                 save_checkpoint(
                     config.checkpoint_path, model, optimizer, scaler,
