@@ -381,8 +381,9 @@ def judged_on_its_own(check: Callable, learner_obj: Any, hidden: bool,
                                                             {name: references[name]})] or theirs
         exercises = " and ".join(earlier[name][0] for name in culprits)
         reason = str(failure).splitlines()[0]
+        # The advice first: tables and feedback may cut a long line short.
         passed(f"{getattr(learner_obj, '__name__', 'your code')} is right with the reference "
-               f"{' and '.join(culprits)} in place; with yours it fails ({reason}) — fix {exercises} first")
+               f"{' and '.join(culprits)} in place — fix {exercises} first: with yours it fails ({reason})")
         return
     print(output.getvalue(), end="")
 
