@@ -3,7 +3,9 @@ are the same before and after a test cell, and the verdict does not depend on th
 
 from __future__ import annotations
 
+import functools
 import importlib
+import inspect
 import pkgutil
 import random
 
@@ -11,7 +13,7 @@ import pytest
 import torch
 
 import tfcourse.checks
-from tfcourse.checks.core import isolated
+from tfcourse.checks.core import CheckFailed, isolated
 from tfcourse.checks.models import check_cross_entropy, check_log_softmax
 
 
@@ -159,3 +161,58 @@ def test_checks_modules_are_read_only_from_a_notebook():
         with pytest.raises(AttributeError, match="read-only"):
             delattr(module, name)
     assert callable(ffn.check_feed_forward) and ffn.check_feed_forward.__module__ == "tfcourse.checks.ffn"
+
+
+# ------------------------------------------------------------------------------------------
+# The guard knows the reference by its code, not only by its identity
+# ------------------------------------------------------------------------------------------
+
+
+def _copy_by_source(reference):
+    """What a learner could do to hand in the reference under another identity."""
+    namespace = dict(vars(importlib.import_module(reference.__module__)))
+    exec(inspect.getsource(reference), namespace)  # noqa: S102 - the tampering under test
+    return namespace[reference.__name__]
+
+
+def test_handing_in_the_reference_or_a_copy_of_its_code_is_off_limits():
+    from tfcourse.attention import scaled_dot_product_attention as reference
+    from tfcourse.checks.attention import check_scaled_dot_product_attention
+
+    copy = _copy_by_source(reference)
+    assert copy is not reference
+    for handed_in in (reference, copy, functools.partial(reference), functools.wraps(reference)(lambda *a: reference(*a))):
+        with pytest.raises(CheckFailed, match=r"off-limits.*(reference itself, or a copy of its code|write it yourself)"):
+            check_scaled_dot_product_attention(handed_in)
+
+
+def test_a_function_calling_a_copy_held_in_its_namespace_is_off_limits():
+    from tfcourse.checks.tokenization import check_count_pairs
+    from tfcourse.tokenizers import count_pairs
+
+    namespace = {"helper": _copy_by_source(count_pairs)}
+    exec("def my_count_pairs(word_freqs):\n    return helper(word_freqs)\n", namespace)  # noqa: S102
+    with pytest.raises(CheckFailed, match="off-limits"):
+        check_count_pairs(namespace["my_count_pairs"])
+
+
+def test_a_class_copied_from_the_reference_source_is_off_limits():
+    from tfcourse.blocks import LayerNorm
+    from tfcourse.checks.blocks import check_layer_norm
+
+    for handed_in in (LayerNorm, _copy_by_source(LayerNorm)):
+        with pytest.raises(CheckFailed, match="off-limits"):
+            check_layer_norm(handed_in)
+    # and the guard puts everything back
+    assert LayerNorm(4)(torch.ones(1, 4)).shape == (1, 4)
+
+
+def test_own_code_with_the_references_names_but_its_own_docstring_passes(capsys):
+    from tfcourse.checks.tokenization import check_count_pairs
+    from tfcourse.tokenizers import count_pairs
+
+    source = inspect.getsource(count_pairs).replace(inspect.getdoc(count_pairs), "My own pair counter.")
+    namespace = dict(vars(importlib.import_module(count_pairs.__module__)))
+    exec(source, namespace)  # noqa: S102 - the same body, written by the learner with their own docstring
+    check_count_pairs(namespace["count_pairs"])
+    assert capsys.readouterr().out.startswith("✔")

@@ -182,3 +182,42 @@ def test_drift_check_ignores_only_docstrings_comments_annotations_and_validation
     assert normalised_ast("def f(x):\n    return x + 2\n", "f") != normalised_ast(package, "f")
     conditional = "def g(x):\n    return 1 if x else 2\n"
     assert normalised_ast(conditional, "g") != normalised_ast(conditional.replace("1 if", "3 if"), "g")
+
+
+def _package_objects() -> dict[str, list]:
+    """Every function and class the model, data and training modules define, by name."""
+    import pkgutil
+    import types
+
+    import tfcourse
+    objects: dict[str, list] = {}
+    for info in pkgutil.walk_packages(tfcourse.__path__, "tfcourse."):
+        if info.name.startswith(("tfcourse.checks", "tfcourse.course")) or info.name.endswith("__main__"):
+            continue
+        module = importlib.import_module(info.name)
+        for name, value in vars(module).items():
+            if isinstance(value, (types.FunctionType, type)) and getattr(value, "__module__", "") == module.__name__:
+                objects.setdefault(name, []).append(value)
+    return objects
+
+
+@pytest.mark.parametrize("path", SOLUTIONS, ids=LESSONS)
+def test_no_answer_reads_as_a_copy_of_the_reference(path):
+    """The guard refuses a copy of the reference recognised by its docstring and code: an answer
+    written in a lesson's stub (whose docstring the learner keeps) must never be taken for one."""
+    from tfcourse.checks.core import _is_copy
+
+    objects = _package_objects()
+    for cell in nbformat.read(path, as_version=4).cells:
+        if not cell.metadata.get("nbgrader", {}).get("solution"):
+            continue
+        source = _solution_source(cell.source)
+        for node in ast.parse(source).body:
+            if not (isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name in objects):
+                continue
+            for reference in objects[node.name]:
+                namespace = dict(vars(sys.modules[reference.__module__]))
+                exec(compile("from __future__ import annotations\n" + source, "answer", "exec"), namespace)  # noqa: S102
+                assert not _is_copy(namespace[node.name], reference), (
+                    f"{path.parent.name}: the stub of {node.name} keeps {reference.__module__}.{node.name}'s "
+                    "docstring, so a learner's answer would be taken for a copy: give the lesson its own docstring")

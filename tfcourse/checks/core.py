@@ -81,14 +81,52 @@ def _broken(stream: Any) -> bool:
     return stream is None or not callable(getattr(stream, "write", None)) or bool(getattr(stream, "closed", False))
 
 
+def _new_kernel_stream(name: str) -> Any:
+    """A new stream to the notebook's output, for when the kernel's own was closed; None outside a kernel."""
+    shell = _ipython_shell()
+    kernel = getattr(shell, "kernel", None)
+    iopub = getattr(kernel, "iopub_thread", None)
+    if iopub is None:
+        return None
+    from ipykernel.iostream import OutStream
+
+    stream = OutStream(kernel.session, iopub, name, watchfd=False)
+    stream.set_parent(shell.parent_header)  # its output belongs to the cell that is running
+    return stream
+
+
 def restore_streams() -> None:
     """Put back sys.stdout / sys.stderr where a learner's cell broke them (None, closed, or an object
-    that cannot write). A working replacement (a capture, a redirect) is left alone."""
+    that cannot write): the originals, or new streams to the notebook where the originals were
+    closed. A working replacement (a capture, a redirect) is left alone."""
+    global _ORIGINAL_STREAMS
     out, err = _ORIGINAL_STREAMS
-    if _broken(sys.stdout) and not _broken(out):
+    if _broken(sys.stdout):
+        out = out if not _broken(out) else _new_kernel_stream("stdout") or out
         sys.stdout = out
-    if _broken(sys.stderr) and not _broken(err):
+    if _broken(sys.stderr):
+        err = err if not _broken(err) else _new_kernel_stream("stderr") or err
         sys.stderr = err
+    _ORIGINAL_STREAMS = (out, err)
+
+
+def keep_streams_working() -> None:
+    """Restore broken output streams after every cell, not only when a check runs. For grading
+    kernels: a cell that sets sys.stdout = None or closes it would otherwise leave the kernel unable
+    to finish a cell, so every later cell waits for its timeout and the whole notebook scores 0."""
+    shell = _ipython_shell()
+    if shell is None:
+        return
+    for event in ("post_execute", "post_run_cell"):
+        callbacks = shell.events.callbacks[event]
+        if _restore_after_cell not in callbacks:
+            # First in line: the inline plotting backend's own post_execute callback (registered
+            # later) publishes figures, which flushes sys.stdout and kills the kernel if it is None.
+            callbacks.insert(0, _restore_after_cell)
+
+
+def _restore_after_cell(result: Any = None) -> None:
+    restore_streams()
 
 
 def restore_error_display() -> None:
@@ -113,7 +151,12 @@ def call_learner(what: str, fn: Callable, *args: Any, **kwargs: Any) -> Any:
         # stray print(..., file=sys.stderr) in the learner's code, must not cost the exercise.
         with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
             warnings.simplefilter("ignore")
-            return fn(*args, **kwargs)
+            result = fn(*args, **kwargs)
+        if _broken(sys.stdout):
+            restore_streams()
+            raise CheckFailed(f"{what}: your code broke sys.stdout (set it to None, or closed it), so the "
+                              "notebook shows no output; leave the output streams alone")
+        return result
     except CheckFailed:
         raise
     except NotImplementedError:
@@ -187,6 +230,63 @@ def expect_portable(what: str, module: nn.Module, inputs: Sequence[Any]) -> None
 # ----------------------------------------------------------------------------------------------
 
 
+def _same_code(ours: types.CodeType, reference: types.CodeType) -> bool:
+    """Is `ours` the reference's code, or compiled from the same source text (a copy made with
+    inspect.getsource and exec, or pasted from the package)? The same names, local variables and
+    constants, the reference's docstring among them: code written independently does not repeat
+    the package's docstring. (Not the bytecode itself: it varies with the context the same text is
+    compiled in.)"""
+    if ours is reference:
+        return True
+    if not _is_docstring(reference.co_consts[0] if reference.co_consts else None):
+        return False  # without a docstring, equal names and constants may well be the learner's own
+    return _same_names_and_constants(ours, reference)
+
+
+def _is_docstring(value: Any) -> bool:
+    return isinstance(value, str) and bool(value.strip())
+
+
+def _same_names_and_constants(ours: types.CodeType, reference: types.CodeType) -> bool:
+    if (ours.co_names, ours.co_varnames, ours.co_freevars, len(ours.co_consts)) != \
+            (reference.co_names, reference.co_varnames, reference.co_freevars, len(reference.co_consts)):
+        return False
+    return all(_same_names_and_constants(a, b) if isinstance(a, types.CodeType) and isinstance(b, types.CodeType)
+               else type(a) is type(b) and a == b
+               for a, b in zip(ours.co_consts, reference.co_consts))
+
+
+def _function_inside(obj: Any) -> Any:
+    """The plain function behind a partial, a bound method, a staticmethod or a functools.wraps wrapper."""
+    for _ in range(10):  # (a bounded unwrap: a learner's object may point at itself)
+        try:
+            inner = obj.func if isinstance(obj, functools.partial) else \
+                getattr(obj, "__func__", None) or getattr(obj, "__wrapped__", None)
+        except Exception:  # noqa: BLE001 - an object whose attribute lookup misbehaves is not a wrapper
+            inner = None
+        if inner is None or inner is obj:
+            break
+        obj = inner
+    return obj
+
+
+def _is_copy(obj: Any, target: Any) -> bool:
+    """`obj` is the reference `target` itself, or a copy of its code (functions), or a class with the
+    reference class's docstring whose methods are copies of the reference class's methods."""
+    obj = _function_inside(obj)
+    if obj is target:
+        return True
+    if isinstance(target, type):
+        if not isinstance(obj, type) or issubclass(obj, target):  # (a subclass inherits the refusals)
+            return False
+        methods = [name for name, value in vars(target).items() if isinstance(value, types.FunctionType)]
+        return _is_docstring(target.__doc__) and obj.__doc__ == target.__doc__ and all(
+            isinstance(vars(obj).get(name), types.FunctionType)
+            and _same_names_and_constants(vars(obj)[name].__code__, vars(target)[name].__code__) for name in methods)
+    return (isinstance(obj, types.FunctionType) and isinstance(target, types.FunctionType)
+            and _same_code(obj.__code__, target.__code__))
+
+
 def _resolve(dotted: str) -> tuple[Any, str, Any]:
     """'torch.nn.functional.softmax' -> (owner object, attribute name, the object)."""
     module_name, _, attribute = dotted.rpartition(".")
@@ -245,41 +345,77 @@ def off_limits(names: Sequence[str], exercise: str, learner_namespaces: Sequence
     Classes (e.g. torch.nn.LayerNorm) get a refusing __init__ and forward, which also catches
     instances built earlier. Functions are replaced wherever a module or the learner's namespace
     holds them, so `from torch.nn.functional import softmax as s` is caught too. Methods of
-    torch.Tensor (e.g. 'torch.Tensor.softmax') are shadowed on the class.
+    torch.Tensor (e.g. 'torch.Tensor.softmax') are shadowed on the class. With `learner_namespaces`
+    from `learner_namespaces(obj)`, the learner's own object is refused when it is the reference or
+    a copy of its code (`inspect.getsource` + `exec`, or pasted from the package), and so are such
+    copies held in the learner's namespace.
     """
     patches = _Patches()
+    learner_objects = getattr(learner_namespaces, "objects", [])
     try:
         targets = [(name, *_resolve(name)) for name in names]
         for name, owner, attribute, target in targets:
             refuse = _refuser(name, exercise)
-            if isinstance(target, type):
-                for method in ("__init__", "forward"):
-                    if hasattr(target, method):
-                        patches.set(target, method, refuse)
-            elif isinstance(owner, type):
+            if isinstance(owner, type) and not isinstance(target, type):  # a torch.Tensor method
                 patches.set(owner, attribute, refuse)
-            else:
-                for namespace in _namespaces(learner_namespaces):
-                    holder = namespace if isinstance(namespace, dict) else vars(namespace)
-                    for key, value in list(holder.items()):
-                        if value is target:
-                            if isinstance(namespace, dict):
-                                old = holder[key]
-                                holder[key] = refuse
-                                patches._undo.append(lambda h=holder, k=key, o=old: h.__setitem__(k, o))
-                            else:
-                                patches.set(namespace, key, refuse)
+                continue
+            # The reference (or a copy of it) handed to the check as the learner's own answer.
+            for obj in (obj for obj in learner_objects if _is_copy(obj, target)):
+                if not isinstance(target, type):
+                    raise OffLimitsError(f"`{name}` is off-limits in this exercise ({exercise}): what you handed in "
+                                         "is the reference itself, or a copy of its code; write your own")
+                _refuse_class(patches, obj, refuse)
+            if isinstance(target, type):
+                _refuse_class(patches, target, refuse)
+            for namespace in _namespaces(learner_namespaces):
+                holder = namespace if isinstance(namespace, dict) else vars(namespace)
+                for key, value in list(holder.items()):
+                    if isinstance(target, type):
+                        if value is not target and namespace in learner_namespaces and _is_copy(value, target):
+                            _refuse_class(patches, value, refuse)  # a copy of the class, by its code
+                    elif value is target or (namespace in learner_namespaces and _is_copy(value, target)):
+                        if isinstance(namespace, dict):
+                            old = holder[key]
+                            holder[key] = refuse
+                            patches._undo.append(lambda h=holder, k=key, o=old: h.__setitem__(k, o))
+                        else:
+                            patches.set(namespace, key, refuse)
         yield
     finally:
         patches.undo()
 
 
-def learner_namespaces(obj: Any) -> list[dict]:
+def _refuse_class(patches: _Patches, klass: type, refuse: Callable) -> None:
+    """Instances of `klass` (built before or during the check) refuse to be built or run."""
+    for method in ("__init__", "forward"):
+        if hasattr(klass, method):
+            patches.set(klass, method, refuse)
+
+
+class LearnerCode(list):
+    """The global namespaces the learner's code looks names up in (a list), and, as `.objects`, the
+    learner's functions or classes themselves: the guard refuses those too when they are the
+    reference, or a copy of its code."""
+
+    def __init__(self, namespaces: Sequence[dict], objects: Sequence[Any]) -> None:
+        super().__init__(namespaces)
+        self.objects = list(objects)
+
+    def __add__(self, other: Sequence[dict]) -> LearnerCode:
+        return LearnerCode([*self, *other], [*self.objects, *getattr(other, "objects", [])])
+
+    def __contains__(self, namespace: Any) -> bool:  # by identity: namespaces are large dicts
+        return any(namespace is ours for ours in self)
+
+
+def learner_namespaces(obj: Any) -> LearnerCode:
     """The global namespace(s) the learner's function or class was defined in."""
     if isinstance(obj, type):
-        return [vars(sys.modules[obj.__module__])] if obj.__module__ in sys.modules else []
-    fn = getattr(obj, "__func__", obj)
-    return [fn.__globals__] if hasattr(fn, "__globals__") else []
+        namespaces = [vars(sys.modules[obj.__module__])] if obj.__module__ in sys.modules else []
+    else:
+        fn = _function_inside(obj)
+        namespaces = [fn.__globals__] if hasattr(fn, "__globals__") else []
+    return LearnerCode(namespaces, [obj])
 
 
 # ----------------------------------------------------------------------------------------------
