@@ -10,7 +10,7 @@ import pytest
 from nbgrader.preprocessors import SaveAutoGrades
 
 from tfcourse.course.autograde import (IntegrityReport, StderrIsNotAnError, autograde_preprocessors,
-                                       grading_memory_limit, kernel_memory_limit_arguments, scan_notebook,
+                                       grading_memory_limit, grading_kernel_arguments, scan_notebook,
                                        scan_source)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,7 +41,7 @@ def test_the_plug_ins_run_before_the_scores_are_saved():
     assert steps.index(StderrIsNotAnError) < steps.index(SaveAutoGrades)
     assert steps.index(IntegrityReport) < steps.index(SaveAutoGrades)
     config = (ROOT / "nbgrader_config.py").read_text()
-    assert "autograde_preprocessors()" in config and "kernel_memory_limit_arguments()" in config
+    assert "autograde_preprocessors()" in config and "grading_kernel_arguments()" in config
 
 
 @pytest.mark.parametrize(("source", "finding"), [
@@ -99,5 +99,5 @@ def test_the_report_goes_to_the_top_of_the_notebook_and_its_metadata():
 def test_the_grading_kernel_memory_limit_is_configurable(monkeypatch):
     monkeypatch.setenv("TFCOURSE_GRADING_MEMORY_GB", "2")
     assert grading_memory_limit() == 2 * 2**30
-    (argument,) = kernel_memory_limit_arguments()
+    (argument,) = grading_kernel_arguments()
     assert argument.startswith("--IPKernelApp.exec_lines=") and str(2 * 2**30) in argument

@@ -198,14 +198,17 @@ def grading_memory_limit() -> int:
     return int(float(os.environ.get("TFCOURSE_GRADING_MEMORY_GB", "8")) * 2**30)
 
 
-def kernel_memory_limit_arguments() -> list[str]:
-    """Kernel command-line arguments that cap its data segment (heap and big allocations) at
-    `grading_memory_limit()`: an allocation past it fails in that cell with a MemoryError-like
-    error instead of exhausting the machine; the other cells still run."""
+def grading_kernel_arguments() -> list[str]:
+    """Kernel command-line arguments for grading: the kernel's data segment (heap and big
+    allocations) is capped at `grading_memory_limit()`, so an allocation past it fails in that cell
+    with a MemoryError-like error instead of exhausting the machine; and broken output streams are
+    restored after every cell (`keep_streams_working`), so a cell that closes sys.stdout costs only
+    what it breaks. The other cells still run."""
     limit = grading_memory_limit()
-    code = f"import resource; resource.setrlimit(resource.RLIMIT_DATA, ({limit}, {limit}))"
-    return [f"--IPKernelApp.exec_lines={[code]!r}".replace("'", '"')]
+    lines = [f"import resource; resource.setrlimit(resource.RLIMIT_DATA, ({limit}, {limit}))",
+             "import tfcourse.checks.core as _streams; _streams.keep_streams_working(); del _streams"]
+    return [f"--IPKernelApp.exec_lines={lines!r}".replace("'", '"')]
 
 
 __all__ = ["autograde_preprocessors", "StderrIsNotAnError", "IntegrityReport", "scan_source", "scan_notebook", "Finding",
-           "grading_memory_limit", "kernel_memory_limit_arguments"]
+           "grading_memory_limit", "grading_kernel_arguments"]
