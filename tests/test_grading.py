@@ -81,6 +81,15 @@ def insert_cell_after_setup(nb, source: str):
     return nb
 
 
+# What a learner may leave behind while experimenting: the checks must not depend on it.
+EXPERIMENTING = "torch.set_default_dtype(torch.float64)\ntorch.manual_seed(12345)"
+
+
+def experimenting(make_nb: Callable) -> Callable:
+    """The submission, with float64 as the default dtype and another seed set after the setup cell."""
+    return lambda: insert_cell_after_setup(make_nb(), EXPERIMENTING)
+
+
 @dataclass
 class Case:
     name: str
@@ -128,6 +137,12 @@ def _noise():
         time.sleep(0.03)
 
 threading.Thread(target=_noise, daemon=True).start()"""
+COPY_BY_SOURCE = """import inspect
+import tfcourse.tokenizers as reference
+
+_namespace = dict(vars(reference))
+exec(inspect.getsource(reference.count_pairs), _namespace)
+count_pairs = _namespace["count_pairs"]"""
 RELU = "hidden = torch.relu(self.linear1(x))  # (..., d_ff)"
 RETURN = "return self.linear2(hidden)  # (..., d_model)"
 
@@ -203,6 +218,12 @@ CASES = [
                   {"ffn_tests": (0, r"sys\.exit")}),
     notebook_case("prints to stderr", FFN,
                   ffn_forward("import sys\n        print('debug', file=sys.stderr)\n        return self.linear2(hidden)")),
+    notebook_case("closes sys.stdout in a cell of its own", FFN,
+                  lambda: insert_cell_after_setup(complete(FFN), "import sys\nsys.stdout.close()")),
+    with_fields(notebook_case("sets sys.stdout = None in its forward", FFN,
+                              ffn_forward("import sys\n        sys.stdout = None\n        " + RETURN),
+                              {"ffn_tests": (0, r"broke sys\.stdout")}),
+                integrity=r"assigns to `sys\.stdout`"),
     notebook_case("delegates to the tfcourse reference", FFN,
                   lambda: edit(complete(FFN), "ffn_impl", RELU,
                                "from tfcourse.ffn import PositionwiseFeedForward\n"
@@ -213,28 +234,44 @@ CASES = [
     raw_case("not valid JSON", FFN, '{"cells": [', all_zero="not a valid notebook"),
     notebook_case("kernelspec names another kernel", FFN,
                   lambda: _with_kernel(complete(FFN), {"name": "julia-1.10", "display_name": "Julia", "language": "julia"})),
-    # one buggy exercise per lesson: only that exercise loses its points
-    notebook_case("buggy decode: token by token", "01_tokenization",
-                  lambda: edit(complete("01_tokenization"), "bpe_decode_impl",
+    # one buggy exercise per lesson: only that exercise loses its points, though the learner left
+    # float64 as the default dtype and another seed behind
+    notebook_case("buggy decode: token by token (float64, seed)", "01_tokenization",
+                  experimenting(lambda: edit(complete("01_tokenization"), "bpe_decode_impl",
                                'data = b"".join(vocab[i] for i in ids)',
-                               'return "".join(vocab[i].decode("utf-8", errors="replace") for i in ids)\n    data = b""'),
+                               'return "".join(vocab[i].decode("utf-8", errors="replace") for i in ids)\n    data = b""')),
                   {"bpe_decode_tests": (0, "token by token")}),
-    notebook_case("buggy learned positions: offset ignored", "02_embeddings",
-                  lambda: edit(complete("02_embeddings"), "learned_positions_impl",
-                               "return x + self.weight[offset : offset + length]", "return x + self.weight[:length]"),
+    notebook_case("buggy learned positions: offset ignored (float64, seed)", "02_embeddings",
+                  experimenting(lambda: edit(complete("02_embeddings"), "learned_positions_impl",
+                               "return x + self.weight[offset : offset + length]", "return x + self.weight[:length]")),
                   {"learned_positions_tests": (0, "offset")}),
-    notebook_case("buggy causal mask: diagonal blocked", "03_attention",
-                  lambda: edit(complete("03_attention"), "causal_mask_impl", ".tril(diagonal=t_k - t_q)",
-                               ".tril(diagonal=t_k - t_q - 1)"),
+    notebook_case("buggy causal mask: diagonal blocked (float64, seed)", "03_attention",
+                  experimenting(lambda: edit(complete("03_attention"), "causal_mask_impl", ".tril(diagonal=t_k - t_q)",
+                               ".tril(diagonal=t_k - t_q - 1)")),
                   {"causal_mask_tests": (0, "diagonal")}),
     notebook_case("delegates to the torch built-in", "03_attention",
                   lambda: edit(complete("03_attention"), "causal_mask_impl",
                                "return torch.ones(t_q, t_k, dtype=torch.bool, device=device).tril(diagonal=t_k - t_q)",
                                "return torch.nn.Transformer.generate_square_subsequent_mask(t_q) == 0"),
                   {"causal_mask_tests": (0, "off-limits")}),
+    # the reference handed in as the learner's own: by import, or as a copy made from its source
+    notebook_case("hands in the reference (imports it over its own answer)", "03_attention",
+                  lambda: transform_cell(complete("03_attention"), "sdpa_impl", lambda cells, i: setattr(
+                      cells[i], "source", cells[i].source + "\n\nfrom tfcourse.attention import scaled_dot_product_attention")),
+                  {"sdpa_tests": (0, "the reference itself, or a copy of its code")}),
+    with_fields(notebook_case("hands in a copy of the reference made from its source", "01_tokenization",
+                              lambda: transform_cell(complete("01_tokenization"), "count_pairs_impl", lambda cells, i: setattr(
+                                  cells[i], "source", COPY_BY_SOURCE)),
+                              {"count_pairs_tests": (0, "off-limits")}),
+                integrity=r"exec"),
+    # correct, though not written like the solution: full marks
+    notebook_case("LayerNorm written another way (rsqrt, variance by hand)", "05_blocks",
+                  lambda: edit(complete("05_blocks"), "layer_norm_impl",
+                               "var = x.var(dim=-1, keepdim=True, unbiased=False)",
+                               "var = ((x - mean) ** 2).mean(dim=-1, keepdim=True)")),
     # one early bug costs one exercise: the layers built on it are judged with the reference in its place
-    notebook_case("buggy LayerNorm (unbiased variance): no cascade", "05_blocks",
-                  lambda: edit(complete("05_blocks"), "layer_norm_impl", "unbiased=False", "unbiased=True"),
+    notebook_case("buggy LayerNorm (unbiased variance): no cascade (float64, seed)", "05_blocks",
+                  experimenting(lambda: edit(complete("05_blocks"), "layer_norm_impl", "unbiased=False", "unbiased=True")),
                   {"layer_norm_tests": (0, r"\*unbiased\* variance")}),
     notebook_case("buggy positional encoding (sin and cos swapped): no cascade", "02_embeddings",
                   lambda: edit(complete("02_embeddings"), "sinusoidal_pe_impl",
@@ -245,26 +282,26 @@ CASES = [
                   lambda: edit(complete("05_blocks"), "encoder_stack_impl", "x = layer(x, mask)",
                                "out = layer(x, mask)"),
                   {"encoder_stack_tests": (0, "")}),
-    notebook_case("buggy shift_right: shifted left", "06_models",
-                  lambda: edit(complete("06_models"), "shift_right_impl",
-                               "return torch.cat([bos, tgt[:, :-1]], dim=1)", "return torch.cat([tgt[:, 1:], bos], dim=1)"),
+    notebook_case("buggy shift_right: shifted left (float64, seed)", "06_models",
+                  experimenting(lambda: edit(complete("06_models"), "shift_right_impl",
+                               "return torch.cat([bos, tgt[:, :-1]], dim=1)", "return torch.cat([tgt[:, 1:], bos], dim=1)")),
                   {"shift_right_tests": (0, "left")}),
-    notebook_case("buggy sampling: temperature ignored", "07_decoding",
-                  lambda: edit(complete("07_decoding"), "sampling_impl",
+    notebook_case("buggy sampling: temperature ignored (float64, seed)", "07_decoding",
+                  experimenting(lambda: edit(complete("07_decoding"), "sampling_impl",
                                "filter_logits(logits.float() / temperature, top_k, top_p)",
-                               "filter_logits(logits.float(), top_k, top_p)"),
+                               "filter_logits(logits.float(), top_k, top_p)")),
                   {"sampling_tests": (0, "temperature")}),
-    notebook_case("buggy learning-rate schedule: no warm-up", "08_training",
-                  lambda: edit(complete("08_training"), "lr_schedule_impl",
-                               "return config.lr * step / config.warmup_steps", "return config.lr"),
+    notebook_case("buggy learning-rate schedule: no warm-up (float64, seed)", "08_training",
+                  experimenting(lambda: edit(complete("08_training"), "lr_schedule_impl",
+                               "return config.lr * step / config.warmup_steps", "return config.lr")),
                   {"lr_schedule_tests": (0, "warm-up")}),
-    notebook_case("buggy shifted target: no <eos>", "09_translation",
-                  lambda: edit(complete("09_translation"), "shift_target_impl",
-                               "labels[torch.arange(batch, device=tgt.device), lengths] = eos_id", "pass"),
+    notebook_case("buggy shifted target: no <eos> (float64, seed)", "09_translation",
+                  experimenting(lambda: edit(complete("09_translation"), "shift_target_impl",
+                               "labels[torch.arange(batch, device=tgt.device), lengths] = eos_id", "pass")),
                   {"shift_target_tests": (0, "eos")}),
-    notebook_case("buggy path length: attention grows with distance", "10_rnn_vs_transformer",
-                  lambda: edit(complete("10_rnn_vs_transformer"), "path_length_impl",
-                               'return 1  # position j attends to position i directly', "return distance"),
+    notebook_case("buggy path length: attention grows with distance (float64, seed)", "10_rnn_vs_transformer",
+                  experimenting(lambda: edit(complete("10_rnn_vs_transformer"), "path_length_impl",
+                               'return 1  # position j attends to position i directly', "return distance")),
                   {"path_length_tests": (0, "attention")}),
 ]
 
