@@ -25,7 +25,9 @@ c.Execute.interrupt_on_timeout = True
 # Fair, tamper-evident autograding (tfcourse/course/autograde.py): stderr never decides a grade,
 # an integrity report lists assignments into tfcourse/torch/sys/builtins, and each grading kernel
 # may allocate at most $TFCOURSE_GRADING_MEMORY_GB (default 8) GiB, and keeps its output streams working.
-from tfcourse.course.autograde import autograde_preprocessors, grading_kernel_arguments  # noqa: E402
+from tfcourse.course.autograde import autograde_preprocessors, generate_preprocessors, grading_kernel_arguments  # noqa: E402
 
 c.Autograde.autograde_preprocessors = autograde_preprocessors()
+# The student version keeps the output of the worked examples (cells tagged nbval-check-output).
+c.GenerateAssignment.preprocessors = generate_preprocessors()
 c.Execute.extra_arguments = ["--HistoryManager.hist_file=:memory:", *grading_kernel_arguments()]

@@ -11,6 +11,9 @@
   names the cell and the line, in a note at the top of the graded notebook (so the feedback and
   Formgrader show it) and in the notebook's metadata (so `tfcourse grade` prints it). It reports;
   it does not change a score: the instructor decides.
+- `KeepCheckedOutputs` (for `nbgrader generate_assignment`): the student version keeps the saved
+  output of the worked-example cells (tagged `nbval-check-output`), so a learner sees the expected
+  result before running; every other output is cleared as nbgrader does.
 """
 
 from __future__ import annotations
@@ -182,6 +185,30 @@ class IntegrityReport(NbGraderPreprocessor):
         return nb, resources
 
 
+CHECKED_OUTPUT_TAG = "nbval-check-output"
+
+
+class KeepCheckedOutputs(NbGraderPreprocessor):
+    """nbgrader's ClearOutput, except for cells tagged `nbval-check-output` (the worked examples)."""
+
+    def preprocess_cell(self, cell: Any, resources: dict, index: int) -> tuple[Any, dict]:
+        if cell.cell_type == "code" and CHECKED_OUTPUT_TAG not in cell.metadata.get("tags", []):
+            cell.outputs = []
+            cell.execution_count = None
+            cell.metadata.pop("collapsed", None)
+            cell.metadata.pop("scrolled", None)
+        return cell, resources
+
+
+def generate_preprocessors() -> list[type]:
+    """nbgrader's generate_assignment steps, with KeepCheckedOutputs in place of ClearOutput."""
+    from nbgrader.converters import GenerateAssignment
+    from nbgrader.preprocessors import ClearOutput
+
+    steps = list(GenerateAssignment.class_traits()["preprocessors"].default())
+    return [KeepCheckedOutputs if step is ClearOutput else step for step in steps]
+
+
 def autograde_preprocessors() -> list[type]:
     """nbgrader's own autograde steps, with StderrIsNotAnError and IntegrityReport just before
     SaveAutoGrades (which computes the scores)."""
@@ -210,5 +237,5 @@ def grading_kernel_arguments() -> list[str]:
     return [f"--IPKernelApp.exec_lines={lines!r}".replace("'", '"')]
 
 
-__all__ = ["autograde_preprocessors", "StderrIsNotAnError", "IntegrityReport", "scan_source", "scan_notebook", "Finding",
+__all__ = ["autograde_preprocessors", "generate_preprocessors", "KeepCheckedOutputs", "StderrIsNotAnError", "IntegrityReport", "scan_source", "scan_notebook", "Finding",
            "grading_memory_limit", "grading_kernel_arguments"]
