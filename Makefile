@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.tfcourse-installed
 # The environment's programs first: nbgrader runs `alembic` and `jupyter` by name.
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: help lab test grade bench solutions solutions-fast student-version clean-venv
+.PHONY: help lab test test-fast grade bench solutions solutions-fast student-version clean-venv
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -26,8 +26,16 @@ ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 lab: $(STAMP)  ## set up, then open the course in JupyterLab
 	$(BIN)/jupyter lab $(ALLOW_ROOT) notebooks/
 
-test: $(STAMP)  ## set up, then run the whole test suite
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+# The tests spread over pytest-xdist workers, one per core (at most 4); a lesson's notebook cells
+# stay on one worker. TEST_JOBS=0 runs everything in this process.
+TEST_JOBS ?= auto
+XDIST := -n $(TEST_JOBS) --maxprocesses=4 --dist loadfile
+
+test: $(STAMP)  ## set up, then run the whole test suite (solution notebooks under nbval included)
+	$(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS)
+
+test-fast: $(STAMP)  ## the package and the checks only: no notebooks, no nbgrader (a few minutes)
+	$(BIN)/python -m pytest tests -m "not slow" $(XDIST) $(PYTEST_ARGS)
 
 grade: $(STAMP)  ## grade your notebooks with the full tests (tfcourse grade)
 	$(BIN)/tfcourse grade

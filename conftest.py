@@ -1,5 +1,20 @@
+"""Shared by tests/ and the solution notebooks that pytest runs with nbval (hence at the root)."""
+
+import os
+from collections import defaultdict
+
 import pytest
 import torch
+
+# Notebooks that the tests execute (the solutions under nbval, submissions under nbgrader) run in
+# fast mode: their kernels inherit this environment.
+os.environ.setdefault("TFCOURSE_FAST", "1")
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+# Figures the tests record (as user properties, so they also reach the main process under
+# pytest-xdist), printed at the end of the session.
+NOTEBOOK_SECONDS: dict[str, float] = defaultdict(float)
+CATALOGUE: list[tuple[str, str, str]] = []
 
 
 @pytest.fixture
@@ -16,17 +31,36 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
+def _is_notebook(item: pytest.Item) -> bool:
+    return str(item.fspath).endswith(".ipynb")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Solution notebooks' cells are slow tests. Slow items go first, so that no worker is left
+    with a long one at the end. (Under pytest-xdist, `--dist loadfile` keeps a notebook's cells on
+    one worker, in order: they share one kernel.)"""
+    for item in items:
+        if _is_notebook(item):
+            item.add_marker(pytest.mark.slow)
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # (a stable sort)
+
+
+def pytest_runtest_logreport(report):
+    """Collect the figures: each notebook's run time (its cells under nbval), the catalogue rows."""
+    if report.nodeid.split("::")[0].endswith(".ipynb"):
+        NOTEBOOK_SECONDS[report.nodeid.split("::")[0].split("/")[-2]] += report.duration
+    for name, value in report.user_properties:
+        if name == "catalogue" and report.when == "call":
+            CATALOGUE.append(tuple(value))
+
+
 def pytest_terminal_summary(terminalreporter):
-    """Print the figures that tests record: notebook run times and the autograder catalogue."""
-    modules = __import__("sys").modules
-    times = getattr(modules.get("test_notebooks"), "RUN_TIMES", {})
-    if times:
-        terminalreporter.section("solution notebooks, fast mode")
-        for lesson, seconds in times.items():
+    if NOTEBOOK_SECONDS:
+        terminalreporter.section("solution notebooks (nbval, fast mode)")
+        for lesson, seconds in sorted(NOTEBOOK_SECONDS.items()):
             terminalreporter.write_line(f"{seconds:7.1f} s  {lesson}")
-        terminalreporter.write_line(f"{sum(times.values()):7.1f} s  total")
-    rows = getattr(modules.get("test_grading"), "CATALOGUE", [])
-    if rows:
+        terminalreporter.write_line(f"{sum(NOTEBOOK_SECONDS.values()):7.1f} s  total")
+    if CATALOGUE:
         terminalreporter.section("autograder catalogue: points per exercise")
-        for case, lesson, points in rows:
+        for case, lesson, points in sorted(CATALOGUE, key=lambda row: row[1]):
             terminalreporter.write_line(f"{case:<48} {lesson:<21} {points}")

@@ -17,6 +17,8 @@ from tfcourse.decoding import generate, translate
 from tfcourse.models import GPT, Transformer
 from tfcourse.training import TrainConfig, train
 
+pytestmark = pytest.mark.slow  # imports the solution notebooks' cells: `make test-fast` leaves it out
+
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = ROOT / "solutions"
 MODEL_PARTS = ("input layer", "multi-head attention", "feed-forward network", "LayerNorm", "encoder layer",

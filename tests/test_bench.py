@@ -2,11 +2,14 @@
 
 import random
 
+import pytest
 import torch
 
 from tfcourse.course import bench
 from tfcourse.data import char_corpus
 from tfcourse.tokenizers import train_bpe
+
+pytestmark = pytest.mark.slow  # times training runs: `make test-fast` leaves it out
 
 
 def test_bench_bpe_reports_what_it_trained():

@@ -3,7 +3,9 @@
 Every submission is built from the lesson notebooks (so the catalogue follows the lessons), graded
 with `tfcourse.course.grade` (the same code as `tfcourse grade`), and must receive exactly the expected
 points per exercise, with a message that names the problem. The learner's file must not change.
-The results table is printed at the end of the test session.
+The results table is printed at the end of the test session. Each lesson's submissions are graded
+together in one temporary course (the long FFN list in two), and every lesson's untouched student
+version must score 0 on every exercise: each graded test cell fails on its stub.
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ import pytest
 
 from tfcourse.course.grade import find_notebook, grade_submissions
 
+pytestmark = pytest.mark.slow  # runs nbgrader and notebooks: `make test-fast` leaves it out
+
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "nbgrader_config.py"
-CATALOGUE: list[tuple[str, str, str]] = []  # (case, lesson, "points per exercise"), printed by conftest.py
 TIMEOUT = 20  # seconds per cell: the infinite loop case waits this long
 
 
@@ -325,13 +328,38 @@ def _points(result) -> str:
     return ", ".join(f"{e.grade_id.removesuffix('_tests')} {e.score:g}/{e.max_score:g}" for e in result.exercises)
 
 
-LESSONS = sorted({case.lesson for case in CASES})
-REPEATS = 3  # the no-ReLU submission is graded this many times: the scores must not vary
+def _graded_lessons() -> list[str]:
+    return sorted(p.parent.name for p in (ROOT / "solutions").glob("*/*.ipynb")
+                  if any(_meta(c).get("grade") for c in nbformat.read(p, as_version=4).cells))
 
 
-@pytest.mark.parametrize("lesson", LESSONS)
-def test_catalogue_of_submissions_is_graded_as_intended(lesson, tmp_path):
-    cases = [case for case in CASES if case.lesson == lesson]
+# Every graded lesson, untouched: each test cell must fail on the stubs, with the stub's message.
+CASES += [notebook_case("untouched student version", lesson, lambda lesson=lesson: student_version(lesson),
+                        all_zero="not implemented yet")
+          for lesson in _graded_lessons() if lesson != FFN]
+
+REPEATS = 3  # the repeat=True submissions are graded this many times: the scores must not vary
+GROUP_SIZE = 14  # submissions per temporary course: a long list is split so two workers can share it
+
+
+def _groups(lessons) -> list:
+    groups = []
+    for lesson in sorted(lessons):
+        cases = [case for case in CASES if case.lesson == lesson]
+        parts = -(-len(cases) // GROUP_SIZE)
+        for k in range(parts):
+            part = cases[k::parts]
+            groups.append(pytest.param(lesson, part, id=lesson if parts == 1 else f"{lesson}-{k + 1}"))
+    return groups
+
+
+@pytest.mark.parametrize(("lesson", "cases"), _groups({case.lesson for case in CASES} - {FFN}))
+def test_catalogue_of_submissions_is_graded_as_intended(lesson, cases, tmp_path, record_property):
+    grade_as_intended(lesson, cases, tmp_path, record_property)
+
+
+def grade_as_intended(lesson, cases, tmp_path, record_property) -> None:
+    """Grade `cases` (one lesson's) in one temporary course; assert every score and message."""
     paths, hashes = {}, {}
     for i, case in enumerate(cases):
         folder = tmp_path / f"learner{i}"
@@ -348,7 +376,7 @@ def test_catalogue_of_submissions_is_graded_as_intended(lesson, tmp_path):
     for i, case in enumerate(cases):
         student = f"learner{i}"
         result = results[student]
-        CATALOGUE.append((case.name, lesson, _points(result) + (f"  [{result.problem}]" if result.problem else "")))
+        record_property("catalogue", (case.name, lesson, _points(result) + (f"  [{result.problem}]" if result.problem else "")))
         assert _sha(paths[student]) == hashes[student], f"{case.name}: the learner's file changed"
         assert result.exercises, f"{case.name}: no exercises graded"
         for exercise in result.exercises:

@@ -16,6 +16,8 @@ DEFINITIONS = '''
 import torch
 from torch import nn
 
+pytestmark = pytest.mark.slow  # executes notebook cells: `make test-fast` leaves it out
+
 D_MODEL = 8
 D_FF = D_MODEL * 4  # arithmetic on constants is a constant too
 NAMES: tuple = ("embed", "blocks", "output")

@@ -20,6 +20,8 @@ import pytest
 
 from test_grading import complete, student_version
 
+pytestmark = pytest.mark.slow  # runs nbgrader and notebooks: `make test-fast` leaves it out
+
 ROOT = Path(__file__).resolve().parents[1]
 LESSON = "04_ffn"
 

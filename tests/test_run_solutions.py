@@ -8,6 +8,8 @@ import pytest
 from tfcourse.course.cli import main
 from tfcourse.course.run_solutions import run_notebook
 
+pytestmark = pytest.mark.slow  # runs notebooks: `make test-fast` leaves it out
+
 
 def _lesson(folder: Path, name: str, source: str) -> Path:
     path = folder / name / f"{name}.ipynb"
