@@ -12,11 +12,11 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 from tfcourse.checks.core import learner_namespaces
 from tfcourse.course.notebook_import import NotebookImportError, definition_cells, import_from_notebook
 
+pytestmark = pytest.mark.slow  # executes notebook cells: `make test-fast` leaves it out
+
 DEFINITIONS = '''
 import torch
 from torch import nn
-
-pytestmark = pytest.mark.slow  # executes notebook cells: `make test-fast` leaves it out
 
 D_MODEL = 8
 D_FF = D_MODEL * 4  # arithmetic on constants is a constant too
