@@ -298,8 +298,18 @@ def _resolve(dotted: str) -> tuple[Any, str, Any]:
     return owner, attribute, getattr(owner, attribute)
 
 
-def _refuser(name: str, exercise: str) -> Callable:
+def _called_by_the_package() -> bool:
+    """True when the function that called the refusal is the package's own code (tfcourse.*)."""
+    return sys._getframe(2).f_globals.get("__name__", "").startswith("tfcourse.")
+
+
+def _refuser(name: str, exercise: str, original: Callable | None = None) -> Callable:
+    """A stand-in that refuses to run. With `original` (a torch function), the package's own reference
+    code still gets it: the reference parts that stand in for unfinished exercises (e.g. LayerNorm,
+    fused by torch.layer_norm) run inside the checks of later exercises, where the learner may not."""
     def refuse(*args: Any, **kwargs: Any) -> Any:
+        if original is not None and _called_by_the_package():
+            return original(*args, **kwargs)
         raise OffLimitsError(
             f"`{name}` is off-limits in this exercise ({exercise}): the point is to write it yourself"
         )
@@ -332,12 +342,6 @@ class _Patches:
             self._undo.pop()()
 
 
-def _namespaces(extra: Sequence[Mapping[str, Any]]) -> Iterator[Any]:
-    """Every loaded module, plus the learner's own namespaces (the notebook's globals)."""
-    yield from (m for m in list(sys.modules.values()) if isinstance(m, types.ModuleType))
-    yield from extra
-
-
 @contextlib.contextmanager
 def off_limits(names: Sequence[str], exercise: str, learner_namespaces: Sequence[dict] = ()) -> Iterator[None]:
     """While active, each object named in `names` raises OffLimitsError when used.
@@ -353,9 +357,11 @@ def off_limits(names: Sequence[str], exercise: str, learner_namespaces: Sequence
     patches = _Patches()
     learner_objects = getattr(learner_namespaces, "objects", [])
     try:
-        targets = [(name, *_resolve(name)) for name in names]
-        for name, owner, attribute, target in targets:
-            refuse = _refuser(name, exercise)
+        classes, functions = [], []  # (target, refuse) pairs, looked for in the namespaces below
+        for name in names:
+            owner, attribute, target = _resolve(name)
+            torch_function = not name.startswith("tfcourse.") and not isinstance(target, type)
+            refuse = _refuser(name, exercise, target if torch_function else None)
             if isinstance(owner, type) and not isinstance(target, type):  # a torch.Tensor method
                 patches.set(owner, attribute, refuse)
                 continue
@@ -366,23 +372,58 @@ def off_limits(names: Sequence[str], exercise: str, learner_namespaces: Sequence
                                          "is the reference itself, or a copy of its code; write your own")
                 _refuse_class(patches, obj, refuse)
             if isinstance(target, type):
-                _refuse_class(patches, target, refuse)
-            for namespace in _namespaces(learner_namespaces):
-                holder = namespace if isinstance(namespace, dict) else vars(namespace)
-                for key, value in list(holder.items()):
-                    if isinstance(target, type):
-                        if value is not target and namespace in learner_namespaces and _is_copy(value, target):
-                            _refuse_class(patches, value, refuse)  # a copy of the class, by its code
-                    elif value is target or (namespace in learner_namespaces and _is_copy(value, target)):
-                        if isinstance(namespace, dict):
-                            old = holder[key]
-                            holder[key] = refuse
-                            patches._undo.append(lambda h=holder, k=key, o=old: h.__setitem__(k, o))
-                        else:
-                            patches.set(namespace, key, refuse)
+                _refuse_class(patches, target, refuse)  # patched on the class: every name for it refuses
+                classes.append((target, refuse))
+            else:
+                functions.append((target, refuse))
+        _replace_in_namespaces(patches, functions, classes, learner_namespaces)
         yield
     finally:
         patches.undo()
+
+
+# id(module) -> (the module, the size of its namespace then, {id(callable): the names it is held by}).
+_MODULE_INDEX: dict[int, tuple[types.ModuleType, int, dict[int, list[str]]]] = {}
+
+
+def _callables_in(module: types.ModuleType) -> dict[int, list[str]]:
+    """Where a module holds each function: {id(function): names}. Indexed once per module and kept
+    while its namespace keeps its size (module namespaces hardly change after import), so each check
+    looks names up instead of walking the hundreds of thousands of names that torch and Jupyter load.
+    (A module that rebinds an existing name to an off-limits function is seen once its size changes;
+    the learner's own namespaces are always read in full.)"""
+    namespace = vars(module)
+    known = _MODULE_INDEX.get(id(module))
+    if known is not None and known[0] is module and known[1] == len(namespace):
+        return known[2]
+    index: dict[int, list[str]] = {}
+    for key, value in list(namespace.items()):
+        if callable(value) and not isinstance(value, type):
+            index.setdefault(id(value), []).append(key)
+    _MODULE_INDEX[id(module)] = (module, len(namespace), index)
+    return index
+
+
+def _replace_in_namespaces(patches: _Patches, functions: list[tuple[Any, Callable]],
+                           classes: list[tuple[type, Callable]], learner_namespaces: Sequence[dict]) -> None:
+    """Each name in a module that is bound to an off-limits function now refuses; in the learner's
+    namespaces, so do copies of a function or class (by their code). The learner's namespaces are
+    read in full every time; modules through their index."""
+    for namespace in learner_namespaces:
+        for key, value in list(namespace.items()):
+            refuse = next((r for target, r in functions if value is target or _is_copy(value, target)), None)
+            if refuse is not None:
+                namespace[key] = refuse
+                patches._undo.append(lambda n=namespace, k=key, o=value: n.__setitem__(k, o))
+            for target, refuse_class in classes:
+                if value is not target and _is_copy(value, target):
+                    _refuse_class(patches, value, refuse_class)  # a copy of the class, by its code
+    for module in [m for m in list(sys.modules.values()) if isinstance(m, types.ModuleType)]:
+        index = _callables_in(module)
+        for target, refuse in functions:
+            for key in index.get(id(target), ()):
+                if vars(module).get(key) is target:  # still bound to it (not rebound, not refused already)
+                    patches.set(module, key, refuse)
 
 
 def _refuse_class(patches: _Patches, klass: type, refuse: Callable) -> None:

@@ -347,7 +347,7 @@ def _greedy_case(start: int, src_len: int, max_new: int, bos: int, eos: int, nee
 
 
 # Seeds found by the search below (with torch 2.x); another torch version just searches a little longer.
-START_SEEDS = (31, 1022, 2019, 3002, 4000)
+START_SEEDS = (74, 1118, 2026, 3132, 4001)
 
 
 @isolated

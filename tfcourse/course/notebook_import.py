@@ -4,6 +4,7 @@ notebook into a later one, without running the notebook's other cells."""
 from __future__ import annotations
 
 import ast
+import json
 import os
 import sys
 import types
@@ -111,6 +112,19 @@ def import_statements(nb: Any, skip: Sequence[int] = ()) -> list[tuple[int, str]
     return found
 
 
+def _read_notebook(path: Path) -> Any:
+    """The notebook's cells as objects with .cell_type and .source (a string). Plain JSON: nbformat's
+    validator imports jsonschema, seconds of start-up for every lesson that imports another."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise NotebookImportError(f"{path} is not a valid notebook: {error}") from error
+    cells = [types.SimpleNamespace(cell_type=cell.get("cell_type"),
+                                   source="".join(cell.get("source", "")))  # a list of lines, or a string
+             for cell in data.get("cells", [])]
+    return types.SimpleNamespace(cells=cells)
+
+
 def import_from_notebook(path: str | os.PathLike[str], names: str | Sequence[str]) -> Any:
     """Take classes and functions you wrote in a lesson notebook, to use them in another.
 
@@ -124,14 +138,12 @@ def import_from_notebook(path: str | os.PathLike[str], names: str | Sequence[str
     (or a definition of that notebook it uses) still raises NotImplementedError: finish that
     exercise first.
     """
-    import nbformat  # a dependency of the course, only needed here
-
     single = isinstance(names, str)
     wanted = [names] if single else list(names)
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no notebook at {path} (looked from {Path.cwd()})")
-    nb = nbformat.read(path, as_version=4)
+    nb = _read_notebook(path)
     cells = definition_cells(nb)
 
     definitions: dict[str, ast.AST] = {}
