@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from tfcourse.attention import MultiHeadAttention, causal_mask, padding_mask, scaled_dot_product_attention
-from tfcourse.blocks import Decoder, DecoderLayer, Encoder, EncoderLayer, LayerNorm
+from tfcourse.blocks import Decoder, DecoderLayer, Encoder, EncoderLayer, LayerNorm, layer_norm
 from tfcourse.output import cross_entropy, log_softmax, softmax
 
 from torch_copy import copy_decoder_layer, copy_encoder_layer, copy_mha, copy_norm
@@ -139,6 +139,24 @@ def test_layernorm_equals_torch():
     torch.testing.assert_close(ours(x), theirs(x), **TOL)
     constant = torch.full((1, D_MODEL), 7.0)  # var = 0: eps inside the sqrt keeps it finite
     torch.testing.assert_close(ours(constant), theirs(constant), **TOL)
+
+
+def test_layernorm_module_computes_the_formula_forward_and_backward():
+    """LayerNorm runs torch's fused kernel; `layer_norm` is its formula step by step: they agree,
+    gradients included (float64, so only a real difference shows)."""
+    torch.manual_seed(5)
+    module = LayerNorm(D_MODEL, eps=1e-3).double()
+    nn.init.normal_(module.weight)
+    nn.init.normal_(module.bias)
+    x = (torch.randn(2, 3, D_MODEL, dtype=torch.float64) * 4 + 1).requires_grad_()
+    fused = module(x)
+    formula = layer_norm(x, module.weight, module.bias, module.eps)
+    torch.testing.assert_close(fused, formula, rtol=1e-12, atol=1e-12)
+    upstream = torch.randn_like(fused)
+    fused_grads = torch.autograd.grad(fused, (x, module.weight, module.bias), upstream)
+    formula_grads = torch.autograd.grad(formula, (x, module.weight, module.bias), upstream)
+    for ours, by_hand in zip(fused_grads, formula_grads):
+        torch.testing.assert_close(ours, by_hand, rtol=1e-10, atol=1e-10)
 
 
 @pytest.mark.parametrize("norm_first", [False, True])

@@ -734,3 +734,18 @@ def test_a_print_to_stderr_stays_quiet(check, cls, _, capfd):
     check(with_stderr_print(cls))
     out, err = capfd.readouterr()
     assert out.startswith("✔ ") and err == ""
+
+
+def test_reference_parts_keep_the_torch_builtins_the_learner_may_not_use():
+    """The reference LayerNorm (torch.layer_norm inside) stands in for an unfinished exercise in later
+    checks, where torch.layer_norm is off-limits to the learner's code: it keeps working there."""
+    from tfcourse.checks.core import off_limits
+
+    def learners_norm(x):
+        return torch.layer_norm(x, x.shape[-1:])
+
+    x = torch.randn(2, 8)
+    with off_limits(["torch.layer_norm", "torch.nn.functional.layer_norm"], "encoder layer"):
+        torch.testing.assert_close(blocks.LayerNorm(8)(x), blocks.layer_norm(x, torch.ones(8), torch.zeros(8)))
+        with pytest.raises(OffLimitsError, match="`torch.layer_norm` is off-limits"):
+            learners_norm(x)

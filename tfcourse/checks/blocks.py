@@ -31,7 +31,7 @@ LAYER_NORM_BUILTINS = [
     "torch.layer_norm",
     "torch.native_layer_norm",
 ]
-LAYER_NORM_OFF_LIMITS = ["tfcourse.blocks.LayerNorm", *LAYER_NORM_BUILTINS]
+LAYER_NORM_OFF_LIMITS = ["tfcourse.blocks.LayerNorm", "tfcourse.blocks.layer_norm", *LAYER_NORM_BUILTINS]
 SUBLAYER_OFF_LIMITS = [
     "tfcourse.blocks.sublayer_connection",
     "tfcourse.blocks.EncoderLayer",
