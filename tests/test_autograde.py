@@ -99,5 +99,58 @@ def test_the_report_goes_to_the_top_of_the_notebook_and_its_metadata():
 def test_the_grading_kernel_memory_limit_is_configurable(monkeypatch):
     monkeypatch.setenv("TFCOURSE_GRADING_MEMORY_GB", "2")
     assert grading_memory_limit() == 2 * 2**30
-    (argument,) = grading_kernel_arguments()
+    argument, log_level = grading_kernel_arguments()
     assert argument.startswith("--IPKernelApp.exec_lines=") and str(2 * 2**30) in argument
+    assert log_level == "--IPKernelApp.log_level=ERROR"
+
+
+# ----------------------------------------------------------------------------------------------
+# tfcourse grade: nbgrader in this process, the generated lesson cached by content hash
+# ----------------------------------------------------------------------------------------------
+
+
+def test_the_generated_lesson_is_keyed_by_everything_it_is_made_from(tmp_path):
+    import shutil
+
+    from tfcourse.course.grade import _generation_key
+
+    solutions = tmp_path / "solutions"
+    shutil.copytree(ROOT / "solutions" / "04_ffn", solutions / "04_ffn")
+    config = tmp_path / "nbgrader_config.py"
+    shutil.copyfile(ROOT / "nbgrader_config.py", config)
+    key = _generation_key("04_ffn", solutions, config)
+    assert _generation_key("04_ffn", solutions, config) == key, "the same files give the same key"
+    notebook = solutions / "04_ffn" / "04_ffn.ipynb"
+    notebook.write_bytes(notebook.read_bytes().replace(b"FeedForward", b"FeedForwardX", 1))
+    changed_lesson = _generation_key("04_ffn", solutions, config)
+    (solutions / "04_ffn" / "data.txt").write_text("a file beside the notebook")
+    added_file = _generation_key("04_ffn", solutions, config)
+    config.write_text(config.read_text() + "\nc.Execute.timeout = 60\n")
+    changed_config = _generation_key("04_ffn", solutions, config)
+    assert len({key, changed_lesson, added_file, changed_config}) == 4
+
+
+@pytest.mark.slow
+def test_the_generated_lesson_is_made_once_then_reused(tmp_path, monkeypatch):
+    import json
+
+    from nbgrader.converters import GenerateAssignment
+
+    from tfcourse.course import grade
+
+    monkeypatch.setenv("TFCOURSE_CACHE_DIR", str(tmp_path / "cache"))
+    generated = []
+    run_app = grade._run_app
+
+    def counting(app_class, *args, **kwargs):
+        generated.append(app_class is GenerateAssignment)
+        return run_app(app_class, *args, **kwargs)
+
+    monkeypatch.setattr(grade, "_run_app", counting)
+    first = grade._generated("04_ffn", ROOT / "solutions", ROOT / "nbgrader_config.py")
+    again = grade._generated("04_ffn", ROOT / "solutions", ROOT / "nbgrader_config.py")
+    assert first == again and generated == [True], "generated on first use only"
+    assert first.parent == tmp_path / "cache" / "grading" and (first / "gradebook.db").exists()
+    release = json.loads((first / "release" / "04_ffn.ipynb").read_text())
+    assert any("raise NotImplementedError()" in "".join(c["source"]) for c in release["cells"])
+    assert not list(first.parent.glob(".04_ffn-*")), "no half-written copy is left behind"

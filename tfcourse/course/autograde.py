@@ -230,11 +230,11 @@ def grading_kernel_arguments() -> list[str]:
     allocations) is capped at `grading_memory_limit()`, so an allocation past it fails in that cell
     with a MemoryError-like error instead of exhausting the machine; and broken output streams are
     restored after every cell (`keep_streams_working`), so a cell that closes sys.stdout costs only
-    what it breaks. The other cells still run."""
+    what it breaks. The other cells still run. The kernel logs errors only (not its start-up warnings)."""
     limit = grading_memory_limit()
     lines = [f"import resource; resource.setrlimit(resource.RLIMIT_DATA, ({limit}, {limit}))",
              "import tfcourse.checks.core as _streams; _streams.keep_streams_working(); del _streams"]
-    return [f"--IPKernelApp.exec_lines={lines!r}".replace("'", '"')]
+    return [f"--IPKernelApp.exec_lines={lines!r}".replace("'", '"'), "--IPKernelApp.log_level=ERROR"]
 
 
 __all__ = ["autograde_preprocessors", "generate_preprocessors", "KeepCheckedOutputs", "StderrIsNotAnError", "IntegrityReport", "scan_source", "scan_notebook", "Finding",

@@ -4,16 +4,22 @@ For each lesson, a temporary nbgrader course is built: the source from solutions
 your notebook as the submission. nbgrader autogrades the copy and writes an HTML feedback report;
 your files are only ever read. The result is a table of points per exercise with each check's
 one-line message.
+
+nbgrader runs in this process (its Python API: one kernel start per notebook, no nbgrader
+processes), and the generated lesson (`generate_assignment`: the release and the gradebook's
+record of the graded cells) is kept in a cache keyed by the hash of everything it is made from,
+so only the first grading of a changed lesson generates it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -54,13 +60,38 @@ class LessonGrade:
         return sum(e.max_score for e in self.exercises)
 
 
-def _nbgrader(args: list[str], course: Path, timeout: int | None) -> subprocess.CompletedProcess:
-    env = dict(os.environ)
-    # nbgrader runs `alembic` as a program: the environment's bin folder must be on PATH.
-    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
-    extra = [f"--Execute.timeout={timeout}"] if timeout else []
-    command = [sys.executable, "-m", "nbgrader", *args, "--log-level=ERROR", *extra]
-    return subprocess.run(command, cwd=course, env=env, capture_output=True, text=True)
+def _load_config(course: Path, timeout: int | None):
+    """The course's nbgrader_config.py as a traitlets Config (what `nbgrader ...` would read there)."""
+    from traitlets.config.loader import PyFileConfigLoader
+
+    config = PyFileConfigLoader("nbgrader_config.py", str(course)).load_config()
+    config.CourseDirectory.root = str(course)
+    if timeout:
+        config.Execute.timeout = timeout
+    return config
+
+
+def _run_app(app_class: type, course: Path, lesson: str, timeout: int | None = None, **settings) -> dict:
+    """Run one nbgrader app (GenerateAssignment, Autograde, GenerateFeedback) in this process on the
+    temporary course; returns nbgrader's {"success", "error", "log"}."""
+    from nbgrader.coursedir import CourseDirectory
+    from nbgrader.utils import capture_log
+
+    # nbgrader runs `alembic` as a program for a new gradebook: the environment's bin folder on PATH.
+    bin_dir = str(Path(sys.executable).parent)
+    if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
+    config = _load_config(course, timeout)
+    for section, values in settings.items():
+        for key, value in values.items():
+            config[section][key] = value
+    coursedir = CourseDirectory(config=config, assignment_id=lesson)
+    app = app_class(coursedir=coursedir, config=config)
+    app.log.setLevel("ERROR")
+    app.force = True
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # SQLAlchemy's notes on nbgrader's sessions: not the learner's business
+        return capture_log(app)
 
 
 def _course_config(repo_config: Path) -> str:
@@ -109,17 +140,60 @@ def _unreadable(path: Path) -> str | None:
     return None
 
 
+def _generation_key(lesson: str, solutions: Path, repo_config: Path) -> str:
+    """A hash of everything the generated lesson depends on: the lesson's files, the configuration,
+    the package's generate preprocessors, and nbgrader's version."""
+    import nbgrader
+
+    from . import autograde
+
+    digest = hashlib.sha256()
+    for path in sorted(p for p in (solutions / lesson).rglob("*") if p.is_file()):
+        digest.update(path.relative_to(solutions).as_posix().encode() + b"\0" + path.read_bytes())
+    for text in (repo_config.read_text(), Path(autograde.__file__).read_text(), nbgrader.__version__):
+        digest.update(text.encode())
+    return digest.hexdigest()[:24]
+
+
+def _generated(lesson: str, solutions: Path, repo_config: Path) -> Path:
+    """The cached result of `nbgrader generate_assignment` for the lesson (gradebook.db and the
+    release notebook), made on first use."""
+    from nbgrader.converters import GenerateAssignment
+
+    from ..data.shakespeare import cache_dir
+
+    cached = cache_dir() / "grading" / f"{lesson}-{_generation_key(lesson, solutions, repo_config)}"
+    if (cached / "gradebook.db").exists():
+        return cached
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="tfcourse-generate-") as tmp:
+        course = Path(tmp)
+        (course / "nbgrader_config.py").write_text(_course_config(repo_config))
+        shutil.copytree(solutions / lesson, course / "solutions" / lesson)
+        done = _run_app(GenerateAssignment, course, lesson)
+        if not done["success"]:
+            raise GradingError(f"nbgrader generate_assignment {lesson} failed:\n{done.get('error', '')[-2000:]}")
+        staged = Path(tempfile.mkdtemp(prefix=f".{lesson}-", dir=cached.parent))
+        shutil.copyfile(course / "gradebook.db", staged / "gradebook.db")
+        shutil.copytree(course / "notebooks" / lesson, staged / "release")
+    try:
+        staged.rename(cached)  # atomic: a grader running at the same time sees all of it or none
+    except OSError:  # another grader got there first; theirs is the same
+        shutil.rmtree(staged, ignore_errors=True)
+    return cached
+
+
 def _prepare_course(course: Path, lesson: str, solutions: Path, repo_config: Path) -> Path:
-    """A temporary nbgrader course holding one lesson's source; returns its release notebook."""
+    """A temporary nbgrader course holding one lesson's source and its generated gradebook;
+    returns the release notebook."""
     source = solutions / lesson / f"{lesson}.ipynb"
     if not source.exists():
         raise GradingError(f"no source notebook {source}: run tfcourse grade from the course folder")
+    generated = _generated(lesson, solutions, repo_config)
     (course / "nbgrader_config.py").write_text(_course_config(repo_config))
-    shutil.copytree(solutions / lesson, course / "solutions" / lesson)
-    done = _nbgrader(["generate_assignment", lesson, "--force"], course, None)
-    if done.returncode != 0:
-        raise GradingError(f"nbgrader generate_assignment {lesson} failed:\n{done.stderr[-2000:]}")
-    return course / "notebooks" / lesson / f"{lesson}.ipynb"
+    shutil.copytree(solutions / lesson, course / "solutions" / lesson)  # autograde copies its other files
+    shutil.copyfile(generated / "gradebook.db", course / "gradebook.db")
+    return generated / "release" / f"{lesson}.ipynb"
 
 
 def _all_zero(result: LessonGrade, release: Path, problem: str) -> LessonGrade:
@@ -152,7 +226,9 @@ def grade_submissions(lesson: str, notebooks: dict[str, Path | None], solutions:
                 runnable.append(student)
         if not runnable:
             return results
-        done = _nbgrader(["autograde", lesson, "--create", "--force"], course, timeout)
+        from nbgrader.converters import Autograde, GenerateFeedback
+
+        done = _run_app(Autograde, course, lesson, timeout, Autograde={"create_student": True})
         for student in runnable:
             autograded = course / "autograded" / student / lesson / f"{lesson}.ipynb"
             if not autograded.exists():
@@ -163,7 +239,7 @@ def grade_submissions(lesson: str, notebooks: dict[str, Path | None], solutions:
                                           for gid, (sc, mx) in scores.items()]
             results[student].integrity = _integrity(autograded)
         if report_dir is not None:
-            _nbgrader(["generate_feedback", lesson, "--force"], course, None)
+            _run_app(GenerateFeedback, course, lesson, HTMLExporter={"template_name": "feedback"})
             for student in runnable:
                 results[student].feedback = _copy_feedback(course, lesson, student, report_dir)
     return results
@@ -204,8 +280,8 @@ def _max_points(release_notebook: Path) -> dict[str, float]:
             for c in cells if c.get("metadata", {}).get("nbgrader", {}).get("grade")}
 
 
-def _autograde_failure(done: subprocess.CompletedProcess) -> str:
-    text = done.stdout + done.stderr
+def _autograde_failure(done: dict) -> str:
+    text = done.get("log", "") + done.get("error", "")
     for hint in ("kernel", "Kernel", "cell_type", "grade_id", "checksum"):
         for line in text.splitlines():
             if hint in line and ("ERROR" in line or "Error" in line):
