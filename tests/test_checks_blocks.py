@@ -84,14 +84,14 @@ def _ln_wrong_dim(dims):
 
 
 LAYER_NORM_MISTAKES = [
-    (lambda x, w, b, eps: w * (x - stats(x)[0]) / (stats(x)[1].sqrt() + eps) + b, "ε *outside* the square root"),
+    (lambda x, w, b, eps: w * (x - stats(x)[0]) / (stats(x)[1].sqrt() + eps) + b, "ε outside the square root"),
     (lambda x, w, b, eps: w * (x - stats(x)[0]) / torch.sqrt(stats(x, unbiased=True)[1] + eps) + b,
-     "the *unbiased* variance"),
-    (lambda x, w, b, eps: w * (x - stats(x)[0]) / stats(x)[1].sqrt() + b, "LayerNorm *without* ε"),
+     "the unbiased variance"),
+    (lambda x, w, b, eps: w * (x - stats(x)[0]) / stats(x)[1].sqrt() + b, "LayerNorm without ε"),
     (lambda x, w, b, eps: w * (x - stats(x)[0]) / (stats(x)[1] + eps) + b, "dividing by the variance"),
-    (lambda x, w, b, eps: (x - stats(x)[0]) / torch.sqrt(stats(x)[1] + eps), "*without* the gain and the bias"),
-    (lambda x, w, b, eps: (x - stats(x)[0]) / torch.sqrt(stats(x)[1] + eps) + b, "*without* the gain (self.weight)"),
-    (lambda x, w, b, eps: w * (x - stats(x)[0]) / torch.sqrt(stats(x)[1] + eps), "*without* the bias (self.bias)"),
+    (lambda x, w, b, eps: (x - stats(x)[0]) / torch.sqrt(stats(x)[1] + eps), "without the gain and the bias"),
+    (lambda x, w, b, eps: (x - stats(x)[0]) / torch.sqrt(stats(x)[1] + eps) + b, "without the gain (self.weight)"),
+    (lambda x, w, b, eps: w * (x - stats(x)[0]) / torch.sqrt(stats(x)[1] + eps), "without the bias (self.bias)"),
     (lambda x, w, b, eps: b * (x - stats(x)[0]) / torch.sqrt(stats(x)[1] + eps) + w, "gain and the bias swapped"),
     (lambda x, w, b, eps: w * (x - stats(x)[0]) / torch.sqrt((x * x).mean(-1, keepdim=True) - stats(x)[0] ** 2 + eps)
      + b, "computed as E[x²] − E[x]²"),
@@ -141,16 +141,16 @@ def test_layer_norm_off_limits_and_stub():
     class Delegates(blocks.LayerNorm):
         pass
 
-    fails(check_layer_norm, Delegates, "`tfcourse.blocks.LayerNorm` is off-limits", error=OffLimitsError)
+    fails(check_layer_norm, Delegates, "'tfcourse.blocks.LayerNorm' is off-limits", error=OffLimitsError)
     uses_torch = make_layer_norm(lambda x, w, b, eps: F.layer_norm(x, x.shape[-1:], w, b, eps))
-    fails(check_layer_norm, uses_torch, "`torch.nn.functional.layer_norm` is off-limits", error=OffLimitsError)
+    fails(check_layer_norm, uses_torch, "'torch.nn.functional.layer_norm' is off-limits", error=OffLimitsError)
 
     class Wraps(nn.Module):
         def __init__(self, d_model, eps=1e-5):
             super().__init__()
             self.inner = nn.LayerNorm(d_model, eps)
 
-    fails(check_layer_norm, Wraps, "`torch.nn.LayerNorm` is off-limits", error=OffLimitsError)
+    fails(check_layer_norm, Wraps, "'torch.nn.LayerNorm' is off-limits", error=OffLimitsError)
 
     class Stub(nn.Module):
         def __init__(self, d_model, eps=1e-5):
@@ -194,8 +194,8 @@ def test_sublayer_connection_passes(capfd):
 
 SUBLAYER_MISTAKES = [
     (("pre", "pre"), "pre-LN, x + F(LN(x)), although norm_first=False"),
-    (("ln_plus_f", "pre"), "LN(x) + F(x): in post-LN the residual is added *before* the norm"),
-    (("norm_output", "pre"), "x + LN(F(x)): post-LN normalises the *sum*"),
+    (("ln_plus_f", "pre"), "LN(x) + F(x): in post-LN the residual is added before the norm"),
+    (("norm_output", "pre"), "x + LN(F(x)): post-LN normalises the sum"),
     (("post_no_residual", "pre"), "LN(F(x)), the residual connection is missing"),
     (("no_norm", "pre"), "x + F(x), the LayerNorm is missing: LN(x + F(x))"),
     (("post", "post"), "post-LN, LN(x + F(x)), although norm_first=True"),
@@ -216,13 +216,13 @@ def test_sublayer_connection_calls_and_in_place():
         sublayer(x)
         return norm(x + sublayer(x)) if not norm_first else x + sublayer(norm(x))
 
-    fails(check_sublayer_connection, twice, "call `sublayer` exactly once (it was called 2 times)")
+    fails(check_sublayer_connection, twice, "call 'sublayer' exactly once (it was called 2 times)")
 
     def norm_twice(x, sublayer, norm, norm_first=False):
         norm(x)
         return norm(x + sublayer(x)) if not norm_first else x + sublayer(norm(x))
 
-    fails(check_sublayer_connection, norm_twice, "call `norm` exactly once")
+    fails(check_sublayer_connection, norm_twice, "call 'norm' exactly once")
 
     def in_place(x, sublayer, norm, norm_first=False):
         x += sublayer(x)
@@ -235,13 +235,13 @@ def test_sublayer_connection_off_limits_and_stub():
     def delegates(x, sublayer, norm, norm_first=False):
         return blocks.sublayer_connection(x, sublayer, norm, norm_first)
 
-    fails(check_sublayer_connection, delegates, "`tfcourse.blocks.sublayer_connection` is off-limits",
+    fails(check_sublayer_connection, delegates, "'tfcourse.blocks.sublayer_connection' is off-limits",
           error=OffLimitsError)
 
     def uses_torch(x, sublayer, norm, norm_first=False):
         return F.layer_norm(x + sublayer(x), x.shape[-1:])
 
-    fails(check_sublayer_connection, uses_torch, "`torch.nn.functional.layer_norm` is off-limits",
+    fails(check_sublayer_connection, uses_torch, "'torch.nn.functional.layer_norm' is off-limits",
           error=OffLimitsError)
 
     def stub(x, sublayer, norm, norm_first=False):
@@ -319,7 +319,7 @@ def test_encoder_layer_structure_off_limits_and_stub():
     class Delegates(blocks.EncoderLayer):
         pass
 
-    fails(check_encoder_layer, Delegates, "`tfcourse.blocks.EncoderLayer` is off-limits", error=OffLimitsError)
+    fails(check_encoder_layer, Delegates, "'tfcourse.blocks.EncoderLayer' is off-limits", error=OffLimitsError)
 
     class UsesTorch(nn.Module):
         def __init__(self, d_model, n_heads, d_ff=None, dropout=0.1, norm_first=False):
@@ -327,14 +327,14 @@ def test_encoder_layer_structure_off_limits_and_stub():
             self.inner = nn.TransformerEncoderLayer(d_model, n_heads, d_ff or 4 * d_model, dropout,
                                                     batch_first=True, norm_first=norm_first)
 
-    fails(check_encoder_layer, UsesTorch, "`torch.nn.TransformerEncoderLayer` is off-limits", error=OffLimitsError)
+    fails(check_encoder_layer, UsesTorch, "'torch.nn.TransformerEncoderLayer' is off-limits", error=OffLimitsError)
 
     class TorchNorm(make_encoder_layer()):
         def __init__(self, d_model, *args, **kwargs):
             super().__init__(d_model, *args, **kwargs)
             self.norm1 = nn.LayerNorm(d_model)
 
-    fails(check_encoder_layer, TorchNorm, "`torch.nn.LayerNorm` is off-limits", error=OffLimitsError)
+    fails(check_encoder_layer, TorchNorm, "'torch.nn.LayerNorm' is off-limits", error=OffLimitsError)
 
     class Stub(nn.Module):
         def __init__(self, d_model, n_heads, d_ff=None, dropout=0.1, norm_first=False):
@@ -421,7 +421,7 @@ DECODER_LAYER_MISTAKES = [
     (dict(q="encoder"), "takes the queries from the encoder, cross_attn(memory, h)"),
     (dict(cross_causal=True), "cross-attention is masked with the causal mask"),
     (dict(swap_masks=True), "self_mask and memory_mask swapped"),
-    (dict(source_length_output=True), "your output has the *source* length"),
+    (dict(source_length_output=True), "your output has the source length"),
     (dict(normalise_memory=True), "also normalises memory with norm2"),
 ]
 
@@ -444,14 +444,14 @@ def test_decoder_layer_structure_off_limits_and_stub():
     class Delegates(blocks.DecoderLayer):
         pass
 
-    fails(check_decoder_layer, Delegates, "`tfcourse.blocks.DecoderLayer` is off-limits", error=OffLimitsError)
+    fails(check_decoder_layer, Delegates, "'tfcourse.blocks.DecoderLayer' is off-limits", error=OffLimitsError)
 
     class UsesTorch(nn.Module):
         def __init__(self, d_model, n_heads, d_ff=None, dropout=0.1, norm_first=False):
             super().__init__()
             self.inner = nn.TransformerDecoderLayer(d_model, n_heads, batch_first=True)
 
-    fails(check_decoder_layer, UsesTorch, "`torch.nn.TransformerDecoderLayer` is off-limits", error=OffLimitsError)
+    fails(check_decoder_layer, UsesTorch, "'torch.nn.TransformerDecoderLayer' is off-limits", error=OffLimitsError)
 
     class Stub(nn.Module):  # the student version: __init__ stops at the stub
         def __init__(self, d_model, n_heads, d_ff=None, dropout=0.1, norm_first=False):
@@ -532,7 +532,7 @@ def test_encoder_final_norm_mistakes():
                 x = layer(x, mask)
             return x
 
-    fails(check_encoder, NormNotApplied, "the pre-LN stack *without* its final LayerNorm")
+    fails(check_encoder, NormNotApplied, "the pre-LN stack without its final LayerNorm")
     fails(check_encoder, make_encoder(final_norm=False), "missing ['norm.bias', 'norm.weight']")
 
 
@@ -541,7 +541,7 @@ def test_encoder_off_limits_and_stub():
         def __init__(self, n_layers, d_model, n_heads, d_ff=None, dropout=0.1, norm_first=False):
             super().__init__(n_layers, d_model, n_heads, d_ff, dropout, norm_first)
 
-    fails(check_encoder, Delegates, "`tfcourse.blocks.Encoder` is off-limits", error=OffLimitsError)
+    fails(check_encoder, Delegates, "'tfcourse.blocks.Encoder' is off-limits", error=OffLimitsError)
 
     class UsesTorch(nn.Module):
         def __init__(self, n_layers, d_model, n_heads, d_ff=None, dropout=0.1, norm_first=False):
@@ -549,7 +549,7 @@ def test_encoder_off_limits_and_stub():
             layer = blocks.EncoderLayer(d_model, n_heads, d_ff, dropout=dropout, norm_first=norm_first)
             self.inner = nn.TransformerEncoder(layer, n_layers, enable_nested_tensor=False)
 
-    fails(check_encoder, UsesTorch, "`torch.nn.TransformerEncoder` is off-limits", error=OffLimitsError)
+    fails(check_encoder, UsesTorch, "'torch.nn.TransformerEncoder' is off-limits", error=OffLimitsError)
 
     class Stub(nn.Module):
         def __init__(self, *args, **kwargs):
@@ -595,13 +595,13 @@ def table_with(key, shape_fn):
 
 
 SHAPE_MISTAKES = [
-    ("q_heads", lambda B, n, m, d, h, V: (B, n, h, d // h), "the shape *before* the transpose"),
+    ("q_heads", lambda B, n, m, d, h, V: (B, n, h, d // h), "the shape before the transpose"),
     ("encoder_attn_weights", lambda B, n, m, d, h, V: (B, h, n, d // h), "one number per (query, key) pair"),
     ("cross_attn_weights", lambda B, n, m, d, h, V: (B, h, n, m), "rows are the queries (from the decoder"),
     ("cross_attn_weights", lambda B, n, m, d, h, V: (B, h, m, m), "keys come from the encoder output H"),
     ("decoder_self_attn_weights", lambda B, n, m, d, h, V: (B, h, m, n), "pairs target with target positions"),
     ("logits", lambda B, n, m, d, h, V: (B, m, d), "projects d_model to the vocabulary"),
-    ("decoder_output", lambda B, n, m, d, h, V: (B, n, d), "keeps the *target* length m"),
+    ("decoder_output", lambda B, n, m, d, h, V: (B, n, d), "keeps the target length m"),
     ("probs", lambda B, n, m, d, h, V: (B, m), "keeps the shape"),
     ("memory", lambda B, n, m, d, h, V: (B, m, d), "table['memory'] is"),
     ("q", lambda B, n, m, d, h, V: [B, n, float(d)], "should be a tuple of ints"),
@@ -622,7 +622,7 @@ def test_shape_table_structure_off_limits_and_stub():
     fails(check_shape_table, missing, "your table lacks the stages ['probs']")
     fails(check_shape_table, lambda *args: {**right_table(*args), "extra": (1,)}, "unknown stages ['extra']")
     fails(check_shape_table, lambda *args: list(right_table(*args).items()), "return a dict")
-    fails(check_shape_table, lambda *args: trace_shapes(*args), "`tfcourse.models.trace_shapes` is off-limits",
+    fails(check_shape_table, lambda *args: trace_shapes(*args), "'tfcourse.models.trace_shapes' is off-limits",
           error=OffLimitsError)
 
     def stub(*args):
@@ -747,5 +747,5 @@ def test_reference_parts_keep_the_torch_builtins_the_learner_may_not_use():
     x = torch.randn(2, 8)
     with off_limits(["torch.layer_norm", "torch.nn.functional.layer_norm"], "encoder layer"):
         torch.testing.assert_close(blocks.LayerNorm(8)(x), blocks.layer_norm(x, torch.ones(8), torch.zeros(8)))
-        with pytest.raises(OffLimitsError, match="`torch.layer_norm` is off-limits"):
+        with pytest.raises(OffLimitsError, match="'torch.layer_norm' is off-limits"):
             learners_norm(x)

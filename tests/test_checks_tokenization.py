@@ -269,10 +269,10 @@ def count_joined_keys(word_freqs):
 @pytest.mark.parametrize(
     "fn, message",
     [
-        (count_ignoring_freq, "without\\* the word frequencies"),
+        (count_ignoring_freq, "without the word frequencies"),
         (count_once_per_word, "at most once per word"),
         (count_non_overlapping, "non-overlapping counts"),
-        (count_without_last, "without\\* the last pair"),
+        (count_without_last, "without the last pair"),
         (count_joined_keys, "tuple \\(left, right\\) of two bytes"),
     ],
 )
@@ -287,12 +287,12 @@ def test_count_pairs_must_not_modify_its_input():
         word_freqs.clear()
         return counts
 
-    with pytest.raises(CheckFailed, match="modified its input `word_freqs`"):
+    with pytest.raises(CheckFailed, match="modified its input 'word_freqs'"):
         check_count_pairs(pops)
 
 
 def test_count_pairs_reference_is_off_limits():
-    with pytest.raises(OffLimitsError, match=r"tfcourse.tokenizers.count_pairs` is off-limits"):
+    with pytest.raises(OffLimitsError, match=r"tfcourse.tokenizers.count_pairs' is off-limits"):
         check_count_pairs(lambda word_freqs: tk.count_pairs(word_freqs))
     with pytest.raises(OffLimitsError, match="_PairStatistics"):
         check_count_pairs(lambda word_freqs: tk._PairStatistics(word_freqs).counts)
@@ -340,9 +340,9 @@ def merge_first_only(word, pair):
 @pytest.mark.parametrize(
     "fn, message",
     [
-        (merge_overlapping, "overlapping\\* occurrences"),
+        (merge_overlapping, "overlapping occurrences"),
         (merge_from_right, "scanned from the right"),
-        (merge_first_only, "only the \\*first\\* occurrence"),
+        (merge_first_only, "only the first occurrence"),
         (lambda word, pair: list(good_merge_word(word, pair)), "return a tuple, not a list"),
         (lambda word, pair: tuple(t if t != pair[0] else pair for t in word), "every token must be a bytes"),
     ],
@@ -353,7 +353,7 @@ def test_merge_word_mistakes_are_named(fn, message):
 
 
 def test_merge_word_reference_is_off_limits():
-    with pytest.raises(OffLimitsError, match=r"tfcourse.tokenizers.merge_word` is off-limits"):
+    with pytest.raises(OffLimitsError, match=r"tfcourse.tokenizers.merge_word' is off-limits"):
         check_merge_word(lambda word, pair: tk.merge_word(word, pair))
 
 
@@ -365,7 +365,7 @@ def test_merge_word_reference_is_off_limits():
 @pytest.mark.parametrize(
     "fn, message",
     [
-        (make_train(tie=min), "toward the \\*smallest\\* pair"),
+        (make_train(tie=min), "toward the smallest pair"),
         (make_train(tie=lambda pairs: max(pairs, key=lambda p: p[0] + p[1])), "joined bytes"),
         (make_train(tie=lambda pairs: next(iter(pairs))), "whichever pair was counted first"),
         (make_train(cut_specials=False), "special tokens treated as text"),
@@ -394,7 +394,7 @@ def test_train_bpe_unnamed_tie_mistake_is_diagnosed_at_the_merge():
 
 
 def test_train_bpe_reference_is_off_limits():
-    with pytest.raises(OffLimitsError, match=r"tfcourse.tokenizers.train_bpe` is off-limits"):
+    with pytest.raises(OffLimitsError, match=r"tfcourse.tokenizers.train_bpe' is off-limits"):
         check_train_bpe(lambda text, vocab_size, special_tokens=(): tk.train_bpe(text, vocab_size, special_tokens))
     with pytest.raises(OffLimitsError, match="off-limits"):
         check_train_bpe(lambda text, vocab_size, special_tokens=(): (
@@ -409,8 +409,8 @@ def test_train_bpe_reference_is_off_limits():
 @pytest.mark.parametrize(
     "fn, message",
     [
-        (make_encode(choose="latest"), "\\*latest\\*-learned merge applied first"),
-        (make_encode(choose="leftmost"), "\\*leftmost\\* mergeable pair"),
+        (make_encode(choose="latest"), "latest-learned merge applied first"),
+        (make_encode(choose="leftmost"), "leftmost mergeable pair"),
         (make_encode(merge=False), "raw UTF-8 bytes"),
         (make_encode(pretokenized=False), "across pre-token boundaries"),
         (make_encode(cut_specials=False), "encoded as ordinary text"),
@@ -427,7 +427,7 @@ def test_encode_reference_is_off_limits():
                          tk.BPETokenizer(vocab, merges, special_tokens).encode(text))
     prebuilt = tk.BPETokenizer.train("The cat sits on the mat", 300, [EOT])
 
-    with pytest.raises(OffLimitsError, match=r"BPETokenizer.encode` is off-limits"):
+    with pytest.raises(OffLimitsError, match=r"BPETokenizer.encode' is off-limits"):
         check_bpe_encode(lambda text, vocab, merges, special_tokens=(): prebuilt.encode(text))
 
 
@@ -461,5 +461,5 @@ def test_decode_reference_is_off_limits():
     with pytest.raises(OffLimitsError, match="off-limits"):
         check_bpe_decode(lambda ids, vocab: tk.BPETokenizer(vocab, []).decode(ids))
     prebuilt = tk.BPETokenizer.train("The cat sits on the mat", 300, [EOT])
-    with pytest.raises(OffLimitsError, match=r"BPETokenizer.decode` is off-limits"):
+    with pytest.raises(OffLimitsError, match=r"BPETokenizer.decode' is off-limits"):
         check_bpe_decode(lambda ids, vocab: prebuilt.decode(ids))

@@ -18,8 +18,11 @@ import contextlib
 import functools
 import importlib
 import io
+import os
 import random
+import re
 import sys
+import traceback
 import types
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -30,7 +33,20 @@ from torch import Tensor, nn
 
 
 class CheckFailed(AssertionError):
-    """An exercise check failed; the message says why in one line (or a few)."""
+    """An exercise check failed; the message says why in one line (or a few), in plain text.
+
+    In a notebook it shows as that message alone (see `show_check_failures`), not as a traceback
+    through the checker's code."""
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(plain_text(str(message)))
+
+
+def plain_text(message: str) -> str:
+    """The message without Markdown: *emphasis* loses its asterisks and `code` becomes 'code'
+    (a traceback shows text as it is). A lone * (2 * d) stays."""
+    message = re.sub(r"(?<![\w*])\*(?=\S)([^*\n]*?\S)\*(?![\w*])", r"\1", message)
+    return re.sub(r"`([^`\n]+)`", r"'\1'", message)
 
 
 class OffLimitsError(CheckFailed):
@@ -129,11 +145,48 @@ def _restore_after_cell(result: Any = None) -> None:
     restore_streams()
 
 
+def _learner_frames(error: BaseException | None) -> list[str]:
+    """The frames of `error`'s traceback that are the learner's own code (a notebook cell, or a
+    lesson imported with import_from_notebook): not the package, not torch, not Python's library."""
+    if error is None or error.__traceback__ is None:
+        return []
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    libraries = {os.path.abspath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    frames = [frame for frame in traceback.extract_tb(error.__traceback__)
+              if not os.path.abspath(frame.filename).startswith((package, *libraries))]
+    return traceback.format_list(frames)
+
+
+def check_failure_lines(error: CheckFailed) -> list[str]:
+    """What a failed check shows: its message in red and, when the learner's code raised, the
+    learner's own frames of that error (where it happened), never the checker's."""
+    lines = [f"\x1b[0;31m✘ {error}\x1b[0m"]
+    frames = _learner_frames(error.__cause__)
+    if frames:
+        lines.append("\nWhere your code raised it:\n" + "".join(frames).rstrip())
+    return lines
+
+
+def _show_check_failure(shell: Any, etype: type, value: BaseException, tb: Any, tb_offset: Any = None) -> list[str]:
+    lines = check_failure_lines(value)
+    shell._showtraceback(etype, value, lines)  # an error output all the same: nbgrader gives 0 points
+    return lines
+
+
+def show_check_failures() -> None:
+    """In IPython, a CheckFailed shows as its one-line message (and the learner's own frames), not
+    as a traceback through the checker; any other error keeps its usual traceback."""
+    shell = _ipython_shell()
+    if shell is not None:  # every time: a learner's cell may have put its own handler there
+        shell.set_custom_exc((CheckFailed,), _show_check_failure)
+
+
 def restore_error_display() -> None:
     """Undo any replacement of IPython's traceback display, on the shell or on its classes."""
     shell = _ipython_shell()
     if shell is None:
         return
+    show_check_failures()  # (and a learner's own handler, which could swallow errors, is gone)
     for name in _ERROR_DISPLAY:
         if name in vars(shell):
             delattr(shell, name)

@@ -35,9 +35,10 @@ def data_flow_map(stage: str) -> str:
 
 def setup(seed: int = 0) -> torch.device:
     """Seed everything, pick the device, print one status line; returns the device."""
-    from ..checks import core  # noqa: F401 - records IPython's error display before any learner code runs
+    from ..checks import core  # records IPython's error display before any learner code runs
     from ..training.loop import pick_device
 
+    core.show_check_failures()  # a failed check shows as its one-line message, not a traceback
     # PyTorch's warnings go to stderr, and nbgrader scores a test cell with stderr output 0.
     warnings.filterwarnings("ignore", module=r"torch(\.|$)")
     random.seed(seed)

@@ -1,0 +1,69 @@
+"""In a notebook, a failed check shows as its one-line message (plus the learner's own frames when
+their code raised), never as a traceback through the checker; other errors keep their traceback."""
+
+from __future__ import annotations
+
+import re
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+from nbformat.v4 import new_code_cell, new_notebook
+
+pytestmark = pytest.mark.slow  # starts a kernel
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+SETUP = "from tfcourse.course import setup\ndevice = setup()"
+WRONG_ATTENTION = '''
+import math, torch
+def scaled_dot_product_attention(q, k, v, mask=None, dropout_p=0.0):
+    weights = torch.softmax(q @ k.transpose(-2, -1), dim=-1)  # no 1/sqrt(d_k)
+    return weights @ v, weights
+'''
+CRASHING_ATTENTION = '''
+def scaled_dot_product_attention(q, k, v, mask=None, dropout_p=0.0):
+    scores = q @ k.transpose(-2, -1)
+    return scores[99], None  # IndexError
+'''
+CHECK = "from tfcourse.checks.attention import check_scaled_dot_product_attention\n" \
+        "check_scaled_dot_product_attention(scaled_dot_product_attention)"
+
+
+def _run(*sources: str) -> list[dict]:
+    nb = new_notebook(cells=[new_code_cell(s) for s in sources])
+    NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=True).execute()
+    return [output for cell in nb.cells for output in cell.outputs if output.output_type == "error"]
+
+
+@pytest.fixture(scope="module")
+def errors() -> list[dict]:
+    return _run(SETUP, WRONG_ATTENTION, CHECK, CRASHING_ATTENTION, CHECK, "undefined_name + 1")
+
+
+def test_a_failed_check_is_one_plain_line(errors):
+    wrong = errors[0]
+    text = [ANSI.sub("", line) for line in wrong["traceback"]]
+    assert wrong["ename"] == "CheckFailed", "still an error output: nbgrader gives the cell 0 points"
+    assert len(text) == 1 and text[0].startswith("✘ "), text
+    assert "without the 1/√d_k scaling" in text[0] and "*" not in text[0] and "`" not in text[0]
+    assert "checks/" not in text[0] and "Traceback" not in text[0]
+
+
+def test_the_learners_own_frame_is_shown_when_their_code_raised(errors):
+    crash = "".join(ANSI.sub("", line) for line in errors[1]["traceback"])
+    assert crash.startswith("✘ ") and "your code raised IndexError" in crash
+    assert "Where your code raised it" in crash and "return scores[99], None" in crash
+    assert "tfcourse/checks" not in crash and "core.py" not in crash, crash
+
+
+def test_other_errors_keep_their_traceback(errors):
+    name_error = errors[2]
+    assert name_error["ename"] == "NameError"
+    assert len(name_error["traceback"]) > 1 and "undefined_name" in "".join(name_error["traceback"])
+
+
+def test_a_learners_own_exception_handler_cannot_hide_a_failed_check():
+    swallow = "get_ipython().set_custom_exc((Exception,), lambda *args, **kwargs: None)"
+    (error,) = _run(SETUP, WRONG_ATTENTION, swallow, CHECK)
+    assert error["ename"] == "CheckFailed"
