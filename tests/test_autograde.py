@@ -154,3 +154,45 @@ def test_the_generated_lesson_is_made_once_then_reused(tmp_path, monkeypatch):
     release = json.loads((first / "release" / "04_ffn.ipynb").read_text())
     assert any("raise NotImplementedError()" in "".join(c["source"]) for c in release["cells"])
     assert not list(first.parent.glob(".04_ffn-*")), "no half-written copy is left behind"
+
+
+def test_every_exercise_has_the_number_and_name_its_notebook_shows():
+    from tfcourse.course.grade import _max_points, exercise_titles, graded_lessons
+
+    for lesson in graded_lessons(ROOT / "solutions"):
+        notebook = ROOT / "notebooks" / lesson / f"{lesson}.ipynb"
+        titles = exercise_titles(notebook)
+        assert set(titles) == set(_max_points(notebook)), f"{lesson}: a graded cell without an exercise heading"
+        numbers = [int(title.split()[1]) for title in titles.values()]
+        assert numbers == sorted(numbers) and numbers[0] == 1, (lesson, titles)
+        for title in titles.values():
+            assert title.startswith("Exercise ") and " — " in title and not set(title) & set("`★$\\"), title
+    assert exercise_titles(ROOT / "notebooks" / "08_training" / "08_training.ipynb")["adamw_step_tests"] == \
+        "Exercise 2 — adamw_step"
+
+
+def test_errors_outside_the_exercises_are_listed(tmp_path, capsys):
+    import json
+
+    from tfcourse.course.grade import ExerciseGrade, LessonGrade, errors_elsewhere, print_table
+
+    def error(ename, evalue):
+        return {"output_type": "error", "ename": ename, "evalue": evalue, "traceback": []}
+
+    graded = {"nbgrader": {"grade": True, "grade_id": "x_tests", "points": 1}}
+    cells = [
+        {"cell_type": "code", "metadata": {}, "outputs": [error("DatasetUnavailableError", "no copy\nof the data")]},
+        {"cell_type": "code", "metadata": graded, "outputs": [error("CheckFailed", "wrong")]},  # an exercise's own
+        {"cell_type": "code", "metadata": {}, "outputs": [error("NotImplementedError", "")]},  # counted in its row
+        {"cell_type": "markdown", "metadata": {}, "source": "text"},
+    ]
+    autograded = tmp_path / "lesson.ipynb"
+    autograded.write_text(json.dumps({"cells": cells}))
+    found = errors_elsewhere(autograded)
+    assert found == ["code cell 0: DatasetUnavailableError: no copy of the data"]
+    result = LessonGrade("99_demo", autograded, [ExerciseGrade("x_tests", 0, 1, "✘ wrong", "Exercise 1 — x")],
+                         elsewhere=found)
+    print_table([result])
+    table = capsys.readouterr().out
+    assert "Exercise 1 — x" in table and "x_tests" not in table
+    assert "outside the exercises, 1 cell(s) failed" in table and "DatasetUnavailableError" in table

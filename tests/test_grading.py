@@ -159,7 +159,7 @@ CASES = [
     notebook_case("complete solutions", FFN, lambda: complete(FFN)),
     with_fields(notebook_case("buggy FFN: no ReLU", FFN,
                               lambda: edit(complete(FFN), "ffn_impl", RELU, "hidden = self.linear1(x)"),
-                              {"ffn_tests": (0, r"without\* ReLU")}), repeat=True),
+                              {"ffn_tests": (0, r"without ReLU")}), repeat=True),
     notebook_case("test cell deleted", FFN, lambda: transform_cell(stub(complete(FFN), "ffn_impl", student_version(FFN)),
                                                                   "ffn_tests", lambda cells, i: cells.pop(i)),
                   {"ffn_tests": (0, r"")}),

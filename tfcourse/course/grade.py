@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -36,6 +37,7 @@ class ExerciseGrade:
     score: float
     max_score: float
     message: str
+    title: str = ""  # "Exercise 2 — count_pairs", as the notebook's heading names it
 
     @property
     def passed(self) -> bool:
@@ -50,6 +52,7 @@ class LessonGrade:
     problem: str | None = None  # why the notebook could not be graded at all (missing, not JSON, ...)
     feedback: Path | None = None
     integrity: list[str] = field(default_factory=list)  # the integrity report's findings (cell, line, what)
+    elsewhere: list[str] = field(default_factory=list)  # errors in cells that are not exercises ("cell 12: ...")
 
     @property
     def score(self) -> float:
@@ -116,6 +119,49 @@ def _messages(autograded: Path) -> dict[str, str]:
     cells = json.loads(autograded.read_text())["cells"]
     return {c["metadata"]["nbgrader"]["grade_id"]: _message(c)
             for c in cells if c.get("metadata", {}).get("nbgrader", {}).get("grade")}
+
+
+EXERCISE_HEADING = re.compile(r"^#+\s*Exercise\s+(\d+)\b(.*)$")
+
+
+def _exercise_name(rest: str) -> str:
+    """'★★ — `cross_entropy(logits, targets)` (15 min)' -> 'cross_entropy': the heading's name in
+    plain text, without stars, time, Markdown or a signature's arguments."""
+    rest = re.sub(r"`(\w+)\([^`]*\)`", r"\1", rest)  # `get_batch(data, ...)` -> get_batch
+    rest = re.sub(r"\((?:≈\s*)?\d+\s*min\)", "", rest).replace("★", "").replace("`", "")
+    rest = re.sub(r"\\operatorname\{(\w+)\}", r"\1", rest).replace("$", "")
+    rest = re.sub(r"\s*\\cdot\s*", "·", rest)
+    return rest.strip(" —–-:").strip()
+
+
+def exercise_titles(notebook: Path) -> dict[str, str]:
+    """Each graded cell's grade id -> "Exercise N — name", from the last exercise heading above it."""
+    titles, heading = {}, None
+    for cell in json.loads(notebook.read_text(encoding="utf-8"))["cells"]:
+        if cell.get("cell_type") == "markdown":
+            for line in "".join(cell.get("source", "")).splitlines():
+                found = EXERCISE_HEADING.match(line.strip())
+                if found:
+                    heading = f"Exercise {found.group(1)} — {_exercise_name(found.group(2))}"
+        nbgrader = cell.get("metadata", {}).get("nbgrader", {})
+        if nbgrader.get("grade") and heading:
+            titles[nbgrader["grade_id"]] = heading
+    return titles
+
+
+def errors_elsewhere(autograded: Path) -> list[str]:
+    """Errors in the graded copy outside the exercises: cells that are neither an answer nor a test
+    (the data cell offline, a demo that crashed). Unfinished exercises (NotImplementedError) are
+    already counted in their own rows."""
+    found = []
+    for index, cell in enumerate(json.loads(autograded.read_text(encoding="utf-8"))["cells"]):
+        if cell.get("cell_type") != "code" or cell.get("metadata", {}).get("nbgrader", {}).get("grade_id"):
+            continue
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "error" and output.get("ename") != "NotImplementedError":
+                value = " ".join(output.get("evalue", "").split())
+                found.append(f"code cell {index}: {output.get('ename', 'Error')}: {value}"[:200])
+    return found
 
 
 def _integrity(autograded: Path) -> list[str]:
@@ -198,7 +244,9 @@ def _prepare_course(course: Path, lesson: str, solutions: Path, repo_config: Pat
 
 def _all_zero(result: LessonGrade, release: Path, problem: str) -> LessonGrade:
     result.problem = problem
-    result.exercises = [ExerciseGrade(gid, 0.0, mx, problem) for gid, mx in _max_points(release).items()]
+    titles = exercise_titles(release)
+    result.exercises = [ExerciseGrade(gid, 0.0, mx, problem, titles.get(gid, gid))
+                        for gid, mx in _max_points(release).items()]
     return result
 
 
@@ -235,9 +283,11 @@ def grade_submissions(lesson: str, notebooks: dict[str, Path | None], solutions:
                 _all_zero(results[student], release, _autograde_failure(done))
                 continue
             scores, messages = _read_grades(course, lesson, student), _messages(autograded)
-            results[student].exercises = [ExerciseGrade(gid, sc, mx, messages.get(gid, ""))
+            titles = exercise_titles(release)
+            results[student].exercises = [ExerciseGrade(gid, sc, mx, messages.get(gid, ""), titles.get(gid, gid))
                                           for gid, (sc, mx) in scores.items()]
             results[student].integrity = _integrity(autograded)
+            results[student].elsewhere = errors_elsewhere(autograded)
         if report_dir is not None:
             _run_app(GenerateFeedback, course, lesson, HTMLExporter={"template_name": "feedback"})
             for student in runnable:
@@ -335,9 +385,13 @@ def print_table(results: list[LessonGrade]) -> None:
     for result in results:
         print(f"\n{result.lesson}: {result.score:g} / {result.max_score:g} points"
               + (f"   ({result.problem})" if result.problem else ""))
+        width = max((len(e.title or e.grade_id) for e in result.exercises), default=0)
         for e in result.exercises:
             status = "pass" if e.passed else "FAIL"
-            print(f"  {e.grade_id:<28} {e.score:>4g} / {e.max_score:<4g} {status}  {e.message}")
+            print(f"  {e.title or e.grade_id:<{width}} {e.score:>4g} / {e.max_score:<4g} {status}  {e.message}")
+        if result.elsewhere:
+            print(f"  outside the exercises, {len(result.elsewhere)} cell(s) failed in the graded copy "
+                  f"(see the feedback report): {result.elsewhere[0]}")
         for finding in result.integrity:
             print(f"  integrity: {finding}")
         if result.feedback:
