@@ -34,7 +34,7 @@ XDIST := -n $(TEST_JOBS) --maxprocesses=4 --dist loadfile
 test: $(STAMP)  ## set up, then run the whole test suite (solution notebooks under nbval included)
 	$(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS)
 
-test-fast: $(STAMP)  ## the package and the checks only: no notebooks, no nbgrader (a few minutes)
+test-fast: $(STAMP)  ## the package and the checks only: no notebooks, no nbgrader (under a minute)
 	$(BIN)/python -m pytest tests -m "not slow" $(XDIST) $(PYTEST_ARGS)
 
 grade: $(STAMP)  ## grade your notebooks with the full tests (tfcourse grade)
