@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 
-import nbformat
 import pytest
 from nbclient import NotebookClient
 from nbformat.v4 import new_code_cell, new_notebook
@@ -30,10 +29,14 @@ CHECK = "from tfcourse.checks.attention import check_scaled_dot_product_attentio
         "check_scaled_dot_product_attention(scaled_dot_product_attention)"
 
 
-def _run(*sources: str) -> list[dict]:
+def _execute(*sources: str) -> list:
     nb = new_notebook(cells=[new_code_cell(s) for s in sources])
     NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=True).execute()
-    return [output for cell in nb.cells for output in cell.outputs if output.output_type == "error"]
+    return nb.cells
+
+
+def _run(*sources: str) -> list[dict]:
+    return [output for cell in _execute(*sources) for output in cell.outputs if output.output_type == "error"]
 
 
 @pytest.fixture(scope="module")
@@ -67,3 +70,17 @@ def test_a_learners_own_exception_handler_cannot_hide_a_failed_check():
     swallow = "get_ipython().set_custom_exc((Exception,), lambda *args, **kwargs: None)"
     (error,) = _run(SETUP, WRONG_ATTENTION, swallow, CHECK)
     assert error["ename"] == "CheckFailed"
+
+
+def test_a_demo_cell_that_needs_an_unfinished_exercise_says_which_and_draws_nothing():
+    stub = "def split_heads(x, n_heads):\n    # YOUR CODE HERE\n    raise NotImplementedError()"
+    demo = ("import matplotlib.pyplot as plt\nfig, axes = plt.subplots(1, 2)\n"
+            "axes[0].plot(split_heads([1, 2], 2))")
+    module_level = "raise NotImplementedError('not a learner function')"
+    cells = _execute(SETUP, "%matplotlib inline", stub, demo, module_level)
+    (error,) = cells[3].outputs
+    (line,) = [ANSI.sub("", text) for text in error["traceback"]]
+    assert line.startswith("✘ finish the exercise 'split_heads' first"), line
+    assert not any(o.output_type == "display_data" for o in cells[3].outputs), "no half-drawn figure"
+    other = cells[4].outputs[0]
+    assert other["ename"] == "NotImplementedError" and len(other["traceback"]) > 1, "a real error keeps its traceback"

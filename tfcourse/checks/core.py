@@ -150,11 +150,7 @@ def _learner_frames(error: BaseException | None) -> list[str]:
     lesson imported with import_from_notebook): not the package, not torch, not Python's library."""
     if error is None or error.__traceback__ is None:
         return []
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    libraries = {os.path.abspath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
-    frames = [frame for frame in traceback.extract_tb(error.__traceback__)
-              if not os.path.abspath(frame.filename).startswith((package, *libraries))]
-    return traceback.format_list(frames)
+    return traceback.format_list(_learner_frames_only(traceback.extract_tb(error.__traceback__)))
 
 
 def check_failure_lines(error: CheckFailed) -> list[str]:
@@ -167,18 +163,45 @@ def check_failure_lines(error: CheckFailed) -> list[str]:
     return lines
 
 
-def _show_check_failure(shell: Any, etype: type, value: BaseException, tb: Any, tb_offset: Any = None) -> list[str]:
-    lines = check_failure_lines(value)
+def unfinished_exercise(error: BaseException) -> str | None:
+    """The name of the learner's function that raised NotImplementedError (an exercise still at its
+    stub), when that is where `error` comes from; None otherwise."""
+    if not isinstance(error, NotImplementedError) or error.__traceback__ is None:
+        return None
+    innermost = traceback.extract_tb(error.__traceback__)[-1]
+    return innermost.name if _learner_frames_only([innermost]) and innermost.name != "<module>" else None
+
+
+def _learner_frames_only(frames: list[traceback.FrameSummary]) -> list[traceback.FrameSummary]:
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    libraries = {os.path.abspath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    return [f for f in frames if not os.path.abspath(f.filename).startswith((package, *libraries))]
+
+
+def _show_error(shell: Any, etype: type, value: BaseException, tb: Any, tb_offset: Any = None) -> list[str] | None:
+    if isinstance(value, CheckFailed):
+        lines = check_failure_lines(value)
+    elif (name := unfinished_exercise(value)) is not None:
+        # A demo cell that uses an exercise not written yet: one line, and no half-drawn figure.
+        pyplot = sys.modules.get("matplotlib.pyplot")
+        if pyplot is not None:
+            pyplot.close("all")
+        lines = [f"\x1b[0;33m✘ finish the exercise '{name}' first (it still raises NotImplementedError), "
+                 "then run this cell again\x1b[0m"]
+    else:  # any other error: Python's usual traceback
+        shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
+        return None
     shell._showtraceback(etype, value, lines)  # an error output all the same: nbgrader gives 0 points
     return lines
 
 
 def show_check_failures() -> None:
     """In IPython, a CheckFailed shows as its one-line message (and the learner's own frames), not
-    as a traceback through the checker; any other error keeps its usual traceback."""
+    as a traceback through the checker; a cell that calls an exercise still at its stub says which
+    one to finish. Any other error keeps its usual traceback."""
     shell = _ipython_shell()
     if shell is not None:  # every time: a learner's cell may have put its own handler there
-        shell.set_custom_exc((CheckFailed,), _show_check_failure)
+        shell.set_custom_exc((CheckFailed, NotImplementedError), _show_error)
 
 
 def restore_error_display() -> None:
