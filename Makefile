@@ -23,8 +23,10 @@ $(STAMP): pyproject.toml
 # Jupyter refuses to run as root unless told; containers often run as root.
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 
+# The server's root is the course folder (nbgrader's formgrader and Assignment List need the course
+# inside it); the browser opens on notebooks/.
 lab: $(STAMP)  ## set up, then open the course in JupyterLab
-	$(BIN)/jupyter lab $(ALLOW_ROOT) notebooks/
+	$(BIN)/jupyter lab $(ALLOW_ROOT) --ServerApp.root_dir=$(CURDIR) --LabApp.default_url=/lab/tree/notebooks
 
 # The tests spread over pytest-xdist workers, one per core (at most 4); a lesson's notebook cells
 # stay on one worker. TEST_JOBS=0 runs everything in this process.

@@ -2,6 +2,7 @@
 #   solutions/<lesson>/<lesson>.ipynb   the source (complete lessons with solutions and hidden tests)
 #   notebooks/<lesson>/<lesson>.ipynb   the release (student version), made by `nbgrader generate_assignment`
 import os
+import sys
 
 c = get_config()  # noqa: F821 - provided by nbgrader when it loads this file
 
@@ -13,6 +14,23 @@ c.CourseDirectory.submitted_directory = "submitted"
 c.CourseDirectory.autograded_directory = "autograded"
 c.CourseDirectory.feedback_directory = "feedback"
 c.CourseDirectory.course_id = "tfcourse"
+
+# One machine: the exchange (release -> fetch -> submit -> collect -> feedback) lives in the course
+# folder, and a learner's fetched lessons in assignments/ (which has a nbgrader_config.py that loads
+# this one: nbgrader reads the configuration there too); git ignores both. A JupyterHub classroom
+# points TFCOURSE_EXCHANGE at its shared exchange instead.
+c.Exchange.root = os.environ.get("TFCOURSE_EXCHANGE", os.path.join(c.CourseDirectory.root, "exchange"))
+c.Exchange.assignment_dir = os.path.join(c.CourseDirectory.root, "assignments")
+c.Exchange.cache = os.path.join(c.Exchange.assignment_dir, ".submitted")  # the learner's record of submissions
+if not os.path.isdir(c.Exchange.root):  # the Assignment List reports an error until it exists
+    os.makedirs(c.Exchange.root)
+    os.chmod(c.Exchange.root, 0o777)  # what nbgrader wants of an exchange: everyone may submit
+
+# nbgrader runs `alembic` as a program when it creates a gradebook: this environment's programs come
+# first on PATH, also when Jupyter was started without activating it (.venv/bin/jupyter lab).
+_bin = os.path.dirname(sys.executable)
+if _bin not in os.environ.get("PATH", "").split(os.pathsep):
+    os.environ["PATH"] = _bin + os.pathsep + os.environ.get("PATH", "")
 
 # The stub a learner sees in place of each solution.
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}

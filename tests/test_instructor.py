@@ -39,6 +39,7 @@ def course(tmp_path) -> Path:
     course = tmp_path / "course"
     course.mkdir()
     shutil.copy(ROOT / "nbgrader_config.py", course)
+    shutil.copytree(ROOT / "assignments", course / "assignments")  # its nbgrader_config.py
     shutil.copytree(ROOT / "solutions" / LESSON, course / "solutions" / LESSON)
     return course
 
@@ -70,25 +71,71 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_formgrader_opens_in_jupyterlab(course):
+def _get(url: str, timeout: float = 90) -> tuple[int | None, str]:
+    """GET `url`, waiting for the server to come up."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=30) as response:
+                return response.status, response.read().decode()
+        except OSError:
+            time.sleep(1)
+    return None, ""
+
+
+def test_formgrader_and_assignment_list_work_in_jupyterlab_started_directly(course):
+    """The server as a learner or instructor may start it: the venv's jupyter, not activated (no
+    alembic on PATH), in the course folder. Formgrader creates its gradebook (nbgrader runs alembic);
+    the Assignment List finds the course's exchange and lists the released lesson."""
+    import json
+
     port, token = _free_port(), "tfcourse-test"
-    env = {**os.environ, "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"]}
+    venv_bin = str(Path(sys.executable).parent)
+    path = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if p != venv_bin)
     server = subprocess.Popen(
         [sys.executable, "-m", "jupyter", "lab", "--no-browser", f"--port={port}", "--ip=127.0.0.1",
          f"--IdentityProvider.token={token}", "--ServerApp.open_browser=False", "--allow-root"],
-        cwd=course, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        cwd=course, env={**os.environ, "PATH": path}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
     try:
-        url = f"http://127.0.0.1:{port}/formgrader?token={token}"
-        deadline, status, body = time.monotonic() + 90, None, ""
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(url, timeout=5) as response:
-                    status, body = response.status, response.read().decode()
-                break
-            except OSError:
-                time.sleep(1)
-        assert status == 200, "the formgrader page did not answer"
-        assert "formgrader" in body.lower()
+        status, body = _get(f"{base}/formgrader?token={token}")
+        assert status == 200 and "formgrader" in body.lower(), "the formgrader page did not answer"
+        status, body = _get(f"{base}/formgrader/api/assignments?token={token}")
+        assert status == 200 and isinstance(json.loads(body), list), body[:500]
+        assert (course / "gradebook.db").exists(), "formgrader made its gradebook (alembic ran)"
+        nbgrader(course, "generate_assignment", LESSON, "--force")
+        nbgrader(course, "release_assignment", LESSON, "--force")
+        status, body = _get(f"{base}/assignments?course_id=tfcourse&token={token}")
+        listing = json.loads(body)
+        assert status == 200 and listing["success"], listing
+        assert [a["assignment_id"] for a in listing["value"]] == [LESSON]
+        status, body = _get(f"{base}/courses?token={token}")
+        assert json.loads(body) == {"success": True, "value": ["tfcourse"]}
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def test_one_machine_release_fetch_submit_collect_autograde_feedback(course):
+    """The README's one-machine walk-through: the exchange is the course's exchange/ folder, the
+    learner's copy goes to assignments/."""
+    import nbformat
+
+    nbgrader(course, "generate_assignment", LESSON, "--force")
+    nbgrader(course, "release_assignment", LESSON, "--force")
+    nbgrader(course, "fetch_assignment", LESSON)  # as the learner
+    fetched = course / "assignments" / LESSON / f"{LESSON}.ipynb"
+    assert fetched.exists() and (course / "exchange" / "tfcourse" / "outbound" / LESSON).is_dir()
+    nbformat.write(complete(LESSON), fetched)  # the learner's work
+    nbgrader(course, "submit", LESSON)
+    nbgrader(course, "collect", LESSON)  # as the instructor again
+    (learner,) = [p.name for p in (course / "submitted").iterdir()]
+    nbgrader(course, "autograde", LESSON, "--create")
+    nbgrader(course, "generate_feedback", LESSON)
+    nbgrader(course, "release_feedback", LESSON)
+    nbgrader(course, "fetch_feedback", LESSON)  # as the learner
+    (report,) = (course / "assignments" / LESSON / "feedback").rglob(f"{LESSON}.html")
+    assert "Score" in report.read_text() or "score" in report.read_text()
+    nbgrader(course, "export")
+    (row,) = csv.DictReader((course / "grades.csv").open())
+    assert row["student_id"] == learner and float(row["score"]) == float(row["max_score"]) > 0
