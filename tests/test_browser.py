@@ -12,15 +12,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from test_instructor import free_port, get_when_up
 
 pytestmark = pytest.mark.slow  # starts JupyterLab and a browser
 
@@ -32,12 +32,6 @@ def _chromium() -> str | None:
     candidates = [os.environ.get("TFCOURSE_CHROMIUM"), shutil.which("chromium"), shutil.which("chromium-browser"),
                   shutil.which("google-chrome")]
     return next((c for c in candidates if c and Path(c).exists()), None)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _notebook(sources: list[str]) -> str:
@@ -79,7 +73,7 @@ def course(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def lab(course) -> Iterator[str]:
     """JupyterLab serving the course, as `make lab` starts it; yields its base URL."""
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"]}
     server = subprocess.Popen(
         [sys.executable, "-m", "jupyter", "lab", "--no-browser", f"--port={port}", "--ip=127.0.0.1",
@@ -88,12 +82,7 @@ def lab(course) -> Iterator[str]:
         cwd=course, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(90):
-            try:
-                urllib.request.urlopen(f"{base}/api?token={TOKEN}", timeout=5)
-                break
-            except OSError:
-                time.sleep(1)
+        get_when_up(f"{base}/api?token={TOKEN}")
         yield base
     finally:
         server.terminate()

@@ -65,13 +65,13 @@ def test_generate_collect_autograde_feedback_export(course):
     assert float(rows["bob"]["score"]) == 0
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-def _get(url: str, timeout: float = 90) -> tuple[int | None, str]:
+def get_when_up(url: str, timeout: float = 90) -> tuple[int | None, str]:
     """GET `url`, waiting for the server to come up."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -89,7 +89,7 @@ def test_formgrader_and_assignment_list_work_in_jupyterlab_started_directly(cour
     the Assignment List finds the course's exchange and lists the released lesson."""
     import json
 
-    port, token = _free_port(), "tfcourse-test"
+    port, token = free_port(), "tfcourse-test"
     venv_bin = str(Path(sys.executable).parent)
     path = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if p != venv_bin)
     server = subprocess.Popen(
@@ -98,18 +98,18 @@ def test_formgrader_and_assignment_list_work_in_jupyterlab_started_directly(cour
         cwd=course, env={**os.environ, "PATH": path}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
     try:
-        status, body = _get(f"{base}/formgrader?token={token}")
+        status, body = get_when_up(f"{base}/formgrader?token={token}")
         assert status == 200 and "formgrader" in body.lower(), "the formgrader page did not answer"
-        status, body = _get(f"{base}/formgrader/api/assignments?token={token}")
+        status, body = get_when_up(f"{base}/formgrader/api/assignments?token={token}")
         assert status == 200 and isinstance(json.loads(body), list), body[:500]
         assert (course / "gradebook.db").exists(), "formgrader made its gradebook (alembic ran)"
         nbgrader(course, "generate_assignment", LESSON, "--force")
         nbgrader(course, "release_assignment", LESSON, "--force")
-        status, body = _get(f"{base}/assignments?course_id=tfcourse&token={token}")
+        status, body = get_when_up(f"{base}/assignments?course_id=tfcourse&token={token}")
         listing = json.loads(body)
         assert status == 200 and listing["success"], listing
         assert [a["assignment_id"] for a in listing["value"]] == [LESSON]
-        status, body = _get(f"{base}/courses?token={token}")
+        status, body = get_when_up(f"{base}/courses?token={token}")
         assert json.loads(body) == {"success": True, "value": ["tfcourse"]}
     finally:
         server.terminate()

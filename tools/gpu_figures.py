@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import io
 import json
 import os
@@ -92,12 +93,8 @@ def run_recipe(out: Path, checkpoints: Path, target: float, steps: int | None = 
 def _without_ipython(source: str) -> str:
     """A cell's code for a machine without IPython: `from IPython.display import Markdown` becomes
     `Markdown = print` (the lessons display Markdown and nothing else from IPython)."""
-    try:
-        import IPython.display  # noqa: F401 - Jupyter's own, when installed
-        return source
-    except ImportError:
-        return re.sub(r"^from IPython\.display import (.+)$",
-                      lambda m: " = ".join(n.strip() for n in m.group(1).split(",")) + " = print", source, flags=re.M)
+    return re.sub(r"^from IPython\.display import (.+)$",
+                  lambda m: " = ".join(n.strip() for n in m.group(1).split(",")) + " = print", source, flags=re.M)
 
 
 def run_lesson_as_script(lesson: Path, out: Path) -> None:
@@ -105,6 +102,9 @@ def run_lesson_as_script(lesson: Path, out: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    has_ipython = importlib.util.find_spec("IPython") is not None
     cells = [c for c in json.loads(lesson.read_text())["cells"] if c["cell_type"] == "code"]
     namespace = {"__name__": "__main__"}
     previous = os.getcwd()
@@ -112,12 +112,12 @@ def run_lesson_as_script(lesson: Path, out: Path) -> None:
     try:
         with open(out / f"{lesson.stem}.log", "w", encoding="utf-8") as logfile:
             for index, cell in enumerate(cells):
-                source = _without_ipython("".join(cell["source"]))
+                source = "".join(cell["source"])
+                source = source if has_ipython else _without_ipython(source)
                 buffer = io.StringIO()
                 started = time.perf_counter()
                 with contextlib.redirect_stdout(buffer):
                     exec(compile(source, f"{lesson.name} code cell {index}", "exec"), namespace)  # noqa: S102
-                    import matplotlib.pyplot as plt
                     plt.close("all")
                 seconds = time.perf_counter() - started
                 logfile.write(f"--- code cell {index} ({seconds:.1f} s): {source.splitlines()[0][:80] if source else ''}\n")

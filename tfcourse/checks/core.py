@@ -172,10 +172,13 @@ def unfinished_exercise(error: BaseException) -> str | None:
     return innermost.name if _learner_frames_only([innermost]) and innermost.name != "<module>" else None
 
 
+# Where code that is not the learner's lives: this package, and Python's library with its packages.
+_NOT_THE_LEARNERS = tuple({os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                           *(os.path.abspath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix))})
+
+
 def _learner_frames_only(frames: list[traceback.FrameSummary]) -> list[traceback.FrameSummary]:
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    libraries = {os.path.abspath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
-    return [f for f in frames if not os.path.abspath(f.filename).startswith((package, *libraries))]
+    return [f for f in frames if not os.path.abspath(f.filename).startswith(_NOT_THE_LEARNERS)]
 
 
 def _show_error(shell: Any, etype: type, value: BaseException, tb: Any, tb_offset: Any = None) -> list[str] | None:

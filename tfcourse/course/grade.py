@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import shutil
 import sys
@@ -80,11 +79,7 @@ def _run_app(app_class: type, course: Path, lesson: str, timeout: int | None = N
     from nbgrader.coursedir import CourseDirectory
     from nbgrader.utils import capture_log
 
-    # nbgrader runs `alembic` as a program for a new gradebook: the environment's bin folder on PATH.
-    bin_dir = str(Path(sys.executable).parent)
-    if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
-        os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
-    config = _load_config(course, timeout)
+    config = _load_config(course, timeout)  # (it also puts `alembic`, which nbgrader runs, on PATH)
     for section, values in settings.items():
         for key, value in values.items():
             config[section][key] = value
@@ -242,9 +237,8 @@ def _prepare_course(course: Path, lesson: str, solutions: Path, repo_config: Pat
     return generated / "release" / f"{lesson}.ipynb"
 
 
-def _all_zero(result: LessonGrade, release: Path, problem: str) -> LessonGrade:
+def _all_zero(result: LessonGrade, release: Path, problem: str, titles: dict[str, str]) -> LessonGrade:
     result.problem = problem
-    titles = exercise_titles(release)
     result.exercises = [ExerciseGrade(gid, 0.0, mx, problem, titles.get(gid, gid))
                         for gid, mx in _max_points(release).items()]
     return result
@@ -260,13 +254,15 @@ def grade_submissions(lesson: str, notebooks: dict[str, Path | None], solutions:
     with tempfile.TemporaryDirectory(prefix="tfcourse-grade-") as tmp:
         course = Path(tmp)
         release = _prepare_course(course, lesson, solutions, repo_config)
+        titles = exercise_titles(release)
         runnable = []
         for student, notebook in notebooks.items():
             results[student] = LessonGrade(lesson, notebook)
             if notebook is None or not notebook.exists():
-                _all_zero(results[student], release, f"missing: expected your notebook at notebooks/{lesson}/{lesson}.ipynb")
+                _all_zero(results[student], release, f"missing: expected your notebook at notebooks/{lesson}/{lesson}.ipynb",
+                          titles)
             elif problem := _unreadable(notebook):
-                _all_zero(results[student], release, problem)
+                _all_zero(results[student], release, problem, titles)
             else:
                 submitted = course / "submitted" / student / lesson
                 submitted.mkdir(parents=True)
@@ -280,10 +276,9 @@ def grade_submissions(lesson: str, notebooks: dict[str, Path | None], solutions:
         for student in runnable:
             autograded = course / "autograded" / student / lesson / f"{lesson}.ipynb"
             if not autograded.exists():
-                _all_zero(results[student], release, _autograde_failure(done))
+                _all_zero(results[student], release, _autograde_failure(done), titles)
                 continue
             scores, messages = _read_grades(course, lesson, student), _messages(autograded)
-            titles = exercise_titles(release)
             results[student].exercises = [ExerciseGrade(gid, sc, mx, messages.get(gid, ""), titles.get(gid, gid))
                                           for gid, (sc, mx) in scores.items()]
             results[student].integrity = _integrity(autograded)
