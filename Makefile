@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 		|| { echo "tfcourse needs Python >= 3.10; set PYTHON=python3.x"; exit 1; }
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip
-	$(BIN)/python -m pip install -e ".[course,test]"
+	$(BIN)/python -m pip install -e ".[course,test,pretrained]"
 	@touch $(STAMP)
 
 # Jupyter refuses to run as root unless told; containers often run as root.
