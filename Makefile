@@ -4,6 +4,8 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.tfcourse-installed
+LAB_SWITCH := jupyter-config/jupyter_server_config.d/tfcourse.json
+LAB_SETTINGS := jupyter-config/lab-settings/overrides.json
 # The environment's programs first: nbgrader runs `alembic` and `jupyter` by name.
 export PATH := $(abspath $(BIN)):$(PATH)
 
@@ -12,12 +14,17 @@ export PATH := $(abspath $(BIN)):$(PATH)
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(LAB_SWITCH) $(LAB_SETTINGS)
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 10))' \
 		|| { echo "tfcourse needs Python >= 3.10; set PYTHON=python3.x"; exit 1; }
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip
 	$(BIN)/python -m pip install -e ".[course,test,pretrained]"
+	@# An editable install skips data files: put the server extension's switch (lessons open
+	@# unmodified in JupyterLab) into the environment's Jupyter configuration ourselves, and
+	@# JupyterLab's defaults for the course (no "Jupyter news?" question, no update check).
+	install -D -m 644 $(LAB_SWITCH) $(VENV)/etc/jupyter/jupyter_server_config.d/tfcourse.json
+	install -D -m 644 $(LAB_SETTINGS) $(VENV)/share/jupyter/lab/settings/overrides.json
 	@touch $(STAMP)
 
 # Jupyter refuses to run as root unless told; containers often run as root.

@@ -43,9 +43,12 @@ c.Execute.interrupt_on_timeout = True
 # Fair, tamper-evident autograding (tfcourse/course/autograde.py): stderr never decides a grade,
 # an integrity report lists assignments into tfcourse/torch/sys/builtins, and each grading kernel
 # may allocate at most $TFCOURSE_GRADING_MEMORY_GB (default 8) GiB, and keeps its output streams working.
-from tfcourse.course.autograde import autograde_preprocessors, generate_preprocessors, grading_kernel_arguments  # noqa: E402
+from tfcourse.course.autograde import (autograde_preprocessors, feedback_preprocessors,  # noqa: E402
+                                       generate_preprocessors, grading_kernel_arguments)
 
 c.Autograde.autograde_preprocessors = autograde_preprocessors()
 # The student version keeps the output of the worked examples (cells tagged nbval-check-output).
 c.GenerateAssignment.preprocessors = generate_preprocessors()
+# The feedback's formulas as MathML, which browsers draw without MathJax from a CDN: readable offline.
+c.GenerateFeedback.preprocessors = feedback_preprocessors()
 c.Execute.extra_arguments = ["--HistoryManager.hist_file=:memory:", *grading_kernel_arguments()]

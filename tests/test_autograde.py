@@ -196,3 +196,16 @@ def test_errors_outside_the_exercises_are_listed(tmp_path, capsys):
     table = capsys.readouterr().out
     assert "Exercise 1 — x" in table and "x_tests" not in table
     assert "outside the exercises, 1 cell(s) failed" in table and "DatasetUnavailableError" in table
+
+
+@pytest.mark.slow
+def test_the_self_graded_report_reads_offline_and_has_no_comment_boxes(tmp_path):
+    from tfcourse.course.grade import grade_lesson
+
+    lesson = "04_ffn"
+    result = grade_lesson(lesson, ROOT / "notebooks" / lesson / f"{lesson}.ipynb", ROOT / "solutions",
+                          tmp_path, ROOT / "nbgrader_config.py")
+    report = result.feedback.read_text()
+    body = report.split("<body", 1)[1]  # (the head holds MathJax's configuration, which names "$$")
+    assert body.count("<math") > 10 and "$$" not in body
+    assert "No response." not in report and "Comments:" not in report

@@ -53,6 +53,13 @@ def scaled_dot_product_attention(q, k, v, mask=None, dropout_p=0.0):
     return weights @ v, weights'''
 CHECK = ("from tfcourse.checks.attention import check_scaled_dot_product_attention\n"
          "check_scaled_dot_product_attention(scaled_dot_product_attention)")
+# Lesson 02's plot of 狗追猫 with random weights; the labels matplotlib drew are printed under it.
+CHINESE_PLOT = """import torch
+from tfcourse.course.plots import plot_attention
+tokens = list("狗追猫")
+fig = plot_attention(torch.softmax(torch.randn(3, 3), -1), tokens, tokens, title="狗追猫, head 0")
+fig.canvas.draw()
+print("labels:", *[label.get_text() for label in fig.axes[0].get_xticklabels()])"""
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +74,7 @@ def course(tmp_path_factory) -> Path:
     (demo / "wrong.ipynb").write_text(_notebook([SETUP, ATTENTION.format(scale=""), CHECK]))
     (demo / "right.ipynb").write_text(_notebook([SETUP, ATTENTION.format(scale=" / math.sqrt(q.shape[-1])"),
                                                  CHECK]))
+    (demo / "chinese.ipynb").write_text(_notebook([SETUP, CHINESE_PLOT]))
     return course
 
 
@@ -75,10 +83,13 @@ def lab(course) -> Iterator[str]:
     """JupyterLab serving the course, as `make lab` starts it; yields its base URL."""
     port = free_port()
     env = {**os.environ, "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"]}
+    env.pop("MPLBACKEND", None)  # the tests' off-screen backend: the kernel must show figures inline
     server = subprocess.Popen(
         [sys.executable, "-m", "jupyter", "lab", "--no-browser", f"--port={port}", "--ip=127.0.0.1",
          f"--IdentityProvider.token={TOKEN}", "--allow-root", f"--ServerApp.root_dir={course}",
-         "--LabApp.news_url=None"],
+         "--LabApp.news_url=None",
+         # What installing the course switches on (jupyter-config/): lessons open unmodified.
+         '--ServerApp.jpserver_extensions={"tfcourse.course.lab": True}'],
         cwd=course, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
     try:
@@ -172,3 +183,44 @@ def test_the_assignment_list_loads_without_an_error(page, lab):
     time.sleep(2)  # the lists load after the panel appears
     text = page.inner_text("body")
     assert "Error fetching courses" not in text and "does not exist" not in text, text[-1500:]
+
+
+def test_a_plot_of_chinese_tokens_draws_the_characters(page, lab):
+    _run_all_cells(page, lab, "notebooks/demo/chinese.ipynb")
+    page.wait_for_function("[...document.querySelectorAll('.jp-OutputArea-output')]"
+                           ".some(o => o.innerText.includes('labels:'))", timeout=90_000)
+    (labels,) = [text for text in _outputs(page) if "labels:" in text]
+    assert labels.split() == ["labels:", "狗", "追", "猫"], labels  # not U+72D7 ...: a font has the glyphs
+    assert page.locator(".jp-OutputArea-output img").count() == 1
+    assert "Glyph" not in " ".join(_outputs(page))
+
+
+@pytest.mark.parametrize("lesson", ["01_tokenization", "02_embeddings"])
+def test_a_lesson_opens_unmodified(page, lab, lesson):
+    page.goto(f"{lab}/lab/workspaces/{lesson}/tree/notebooks/{lesson}/{lesson}.ipynb?reset&token={TOKEN}")
+    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
+    # The kernel connects (and JupyterLab writes its language_info) within a few seconds.
+    page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=60_000)
+    time.sleep(3)
+    tab = page.locator(".lm-TabBar-tab.lm-mod-current", has_text=lesson)
+    assert "jp-mod-dirty" not in (tab.get_attribute("class") or ""), "the notebook is marked modified"
+    # The course's JupyterLab settings (make installs them): no "Jupyter news?" question either.
+    assert page.get_by_text("official Jupyter news").count() == 0
+
+
+def test_validate_reports_the_unfinished_exercises(page, lab):
+    lesson = "04_ffn"
+    page.goto(f"{lab}/lab/workspaces/{lesson}/tree/notebooks/{lesson}/{lesson}.ipynb?reset&token={TOKEN}")
+    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
+    page.locator(".jp-Toolbar").get_by_text("Validate", exact=True).click()
+    dialog = page.locator(".jp-Dialog")
+    dialog.wait_for(timeout=120_000)
+    page.wait_for_function("!document.querySelector('.jp-Dialog').innerText.includes('Validating')",
+                           timeout=120_000)
+    text = dialog.inner_text()
+    cells = json.loads((ROOT / "notebooks" / lesson / f"{lesson}.ipynb").read_text())["cells"]
+    tests = [c for c in cells if c["metadata"].get("nbgrader", {}).get("grade") and c["cell_type"] == "code"
+             and not c["metadata"]["nbgrader"].get("solution")]
+    # Every exercise's test cell fails, each with its one ✘ line.
+    assert text.count("The following cell failed") >= len(tests) >= 5, text[:1500]
+    assert text.count("✘") >= len(tests) and "not implemented yet" in text and "Traceback" not in text

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import warnings
+from pathlib import Path
 
 import matplotlib
 
@@ -99,6 +103,51 @@ def test_attention_labels_with_a_font_that_has_the_glyphs(monkeypatch):
     assert tick_texts(fig.axes[0]) == (CHINESE_KEY, CHINESE_QUERY)
 
 
+def _chinese_characters_the_course_uses() -> set[str]:
+    root = Path(__file__).resolve().parents[1]
+    texts = [path.read_text(encoding="utf-8") for path in root.glob("solutions/*/*.ipynb")]
+    texts += [path.read_text(encoding="utf-8") for path in (root / "tfcourse").rglob("*.py")]
+    return {c for text in texts for c in text if "\u4e00" <= c <= "\u9fff"}
+
+
+def test_the_course_font_draws_every_chinese_character_the_course_uses():
+    path = plots.register_bundled_cjk_font()
+    assert path is not None, "the course extra installs mplfonts, whose Noto Sans CJK SC draws the labels"
+    from matplotlib import font_manager
+
+    font = font_manager.get_font(str(path))
+    characters = _chinese_characters_the_course_uses()
+    assert len(characters) > 100  # the scan found the lessons' Chinese
+    missing = sorted(c for c in characters if not font.get_char_index(ord(c)))
+    assert not missing, f"{len(missing)} characters have no glyph: {''.join(missing[:40])}"
+
+
+def test_the_course_font_is_found_whatever_matplotlib_cached(tmp_path):
+    # A fresh matplotlib config folder builds a font cache from the system's fonts only: the
+    # course's font must be found anyway (it is registered at run time, not through the cache).
+    code = "from tfcourse.course import plots; print(plots.find_cjk_font())"
+    env = {**os.environ, "MPLCONFIGDIR": str(tmp_path), "MPLBACKEND": "Agg"}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert result.stdout.strip() == "Noto Sans CJK SC"
+
+
+def test_chinese_keys_stand_upright_and_long_words_lean():
+    chinese = plots.plot_attention(random_attention(6, 6), CHINESE_QUERY, CHINESE_QUERY)
+    assert {label.get_rotation() for label in chinese.axes[0].get_xticklabels()} == {0.0}
+    words = ["transformer", "attention", "is", "all", "you", "need"]
+    english = plots.plot_attention(random_attention(6, 6), words, words)
+    assert {label.get_rotation() for label in english.axes[0].get_xticklabels()} == {45.0}
+
+
+def test_the_title_is_mathtext_but_tokens_are_not():
+    fig = plots.plot_attention(random_attention(3, 3), ["$x$", "b", "c"], ["$x$", "b", "c"],
+                               title="random $W^Q$, $W^K$")
+    title = fig._suptitle
+    assert title.get_text() == "random $W^Q$, $W^K$" and title._preprocess_math(title.get_text())[1]
+    token = fig.axes[0].get_xticklabels()[0]
+    assert token.get_text() == "$x$" and not token._preprocess_math(token.get_text())[1]
+
+
 def test_drawable_label_keeps_what_the_font_can_draw(monkeypatch):
     monkeypatch.setattr(plots, "find_cjk_font", lambda: None)
     fonts = plots._fonts_for(None)
@@ -150,3 +199,18 @@ def test_sequence_length_vs_vocab():
     assert list(fig.axes[0].lines[0].get_xdata()) == [256, 512, 1024]
     with pytest.raises(ValueError, match="one tokenised length per vocabulary size"):
         plots.plot_sequence_length_vs_vocab([256, 512], [9000])
+
+
+def test_after_setup_any_plot_draws_chinese_without_missing_glyphs():
+    with matplotlib.rc_context():
+        assert plots.use_cjk_fallback_font() == "Noto Sans CJK SC"
+        assert plots.use_cjk_fallback_font() == "Noto Sans CJK SC"  # twice adds it once
+        assert list(matplotlib.rcParams["font.family"]).count("Noto Sans CJK SC") == 1
+
+        def draw():
+            fig, ax = plt.subplots()
+            ax.set_title("今天天气真好 · The cat sits on the mat")
+            return fig
+
+        _, messages = draw_and_collect_warnings(draw)
+    assert not [m for m in messages if "Glyph" in m], messages

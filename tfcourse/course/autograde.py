@@ -11,6 +11,10 @@
   names the cell and the line, in a note at the top of the graded notebook (so the feedback and
   Formgrader show it) and in the notebook's metadata (so `tfcourse grade` prints it). It reports;
   it does not change a score: the instructor decides.
+- `MathForOfflineReading` (for `nbgrader generate_feedback`): the report's formulas as MathML,
+  which browsers draw themselves, instead of LaTeX that waits for MathJax from a CDN.
+- `NoComments` (for `tfcourse grade` only): no "Comments: No response." boxes in a self-graded
+  report, where no instructor will write a comment.
 - `KeepCheckedOutputs` (for `nbgrader generate_assignment`): the student version keeps the saved
   output of the worked-example cells (tagged `nbval-check-output`), so a learner sees the expected
   result before running; every other output is cleared as nbgrader does.
@@ -25,6 +29,8 @@ from typing import Any
 
 from nbformat.v4 import new_markdown_cell
 from nbgrader.preprocessors import NbGraderPreprocessor
+
+from .mathml import markdown_with_mathml
 
 # Roots whose attributes a learner's cell must not assign to: the package the checks come from,
 # the library they compare with, Python's own builtins, and the interpreter's streams and modules.
@@ -198,6 +204,30 @@ class KeepCheckedOutputs(NbGraderPreprocessor):
             cell.metadata.pop("collapsed", None)
             cell.metadata.pop("scrolled", None)
         return cell, resources
+
+
+class MathForOfflineReading(NbGraderPreprocessor):
+    """Markdown cells' $…$ formulas become MathML before the feedback report is written."""
+
+    def preprocess_cell(self, cell: Any, resources: dict, index: int) -> tuple[Any, dict]:
+        if cell.cell_type == "markdown":
+            cell.source = markdown_with_mathml(cell.source)
+        return cell, resources
+
+
+class NoComments(NbGraderPreprocessor):
+    """Drops the graders' comments (nbgrader's automatic "No response." included) from the report."""
+
+    def preprocess_cell(self, cell: Any, resources: dict, index: int) -> tuple[Any, dict]:
+        _grade_info(cell).pop("comment", None)
+        return cell, resources
+
+
+def feedback_preprocessors() -> list[type]:
+    """nbgrader's generate_feedback steps, then the formulas as MathML."""
+    from nbgrader.converters import GenerateFeedback
+
+    return [*GenerateFeedback.class_traits()["preprocessors"].default(), MathForOfflineReading]
 
 
 def generate_preprocessors() -> list[type]:

@@ -284,7 +284,10 @@ def grade_submissions(lesson: str, notebooks: dict[str, Path | None], solutions:
             results[student].integrity = _integrity(autograded)
             results[student].elsewhere = errors_elsewhere(autograded)
         if report_dir is not None:
-            _run_app(GenerateFeedback, course, lesson, HTMLExporter={"template_name": "feedback"})
+            from .autograde import NoComments, feedback_preprocessors
+
+            _run_app(GenerateFeedback, course, lesson, HTMLExporter={"template_name": "feedback"},
+                     GenerateFeedback={"preprocessors": [*feedback_preprocessors(), NoComments]})
             for student in runnable:
                 results[student].feedback = _copy_feedback(course, lesson, student, report_dir)
     return results

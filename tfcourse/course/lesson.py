@@ -9,6 +9,7 @@ import warnings
 import torch
 
 from .. import __version__
+from .plots import use_cjk_fallback_font
 
 STAGES = {
     "tokens": "text → tokens → ids",
@@ -39,6 +40,7 @@ def setup(seed: int = 0) -> torch.device:
     from ..training.loop import pick_device
 
     core.show_check_failures()  # a failed check shows as its one-line message, not a traceback
+    use_cjk_fallback_font()  # the lessons' Chinese examples (今天天气真好) draw in every plot
     # PyTorch's warnings go to stderr, and nbgrader scores a test cell with stderr output 0.
     warnings.filterwarnings("ignore", module=r"torch(\.|$)")
     random.seed(seed)

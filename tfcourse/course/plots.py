@@ -5,15 +5,20 @@ it, or let a test inspect it. ``pyplot`` is imported inside the functions and no
 chosen here: that is the notebook's (or the test's) business.
 
 Attention maps often label their axes with tokens in other scripts (e.g. Chinese). They are
-drawn in a CJK font when one is installed; otherwise the characters the font cannot draw are
-written as code points (``U+4ECA``) instead of empty boxes. That also keeps matplotlib from
-printing "Glyph ... missing" warnings, which notebook graders count as errors.
+drawn in a CJK font: Noto Sans CJK SC from the ``mplfonts`` package (the course extra installs it),
+else one installed on the system. Without any, the characters no font can draw are written as code
+points (``U+4ECA``) instead of empty boxes. That also keeps matplotlib from printing
+"Glyph ... missing" warnings, which notebook graders count as errors.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import math
+import unicodedata
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -69,12 +74,53 @@ def _figure_and_axes(ax: Axes | None, figsize: tuple[float, float]) -> tuple[Fig
 # ---------------------------------------------------------------------------------------------
 
 
-def find_cjk_font() -> str | None:
-    """Name of an installed font family that can draw Chinese, or ``None`` if there is none."""
+# The font file the `mplfonts` package ships for Simplified Chinese (SIL Open Font License). The
+# package ships others too; this one is all the course registers.
+BUNDLED_CJK_FONT = Path("fonts") / "NotoSansCJKsc-Regular.otf"
+
+
+@functools.cache
+def register_bundled_cjk_font() -> Path | None:
+    """Register Noto Sans CJK SC from the ``mplfonts`` package with matplotlib; its path, or ``None``.
+
+    ``fontManager.addfont`` adds the file to this process's font list directly, so matplotlib's
+    font cache (which lists only the fonts present when it was built) cannot hide it. The package
+    is found without importing it: importing it would change nothing we need.
+    """
+    spec = importlib.util.find_spec("mplfonts")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / BUNDLED_CJK_FONT
+    if not path.is_file():
+        return None
     from matplotlib import font_manager
 
+    font_manager.fontManager.addfont(str(path))
+    return path
+
+
+def find_cjk_font() -> str | None:
+    """Name of a font family that can draw Chinese, or ``None`` if there is none."""
+    from matplotlib import font_manager
+
+    register_bundled_cjk_font()
     installed = {entry.name for entry in font_manager.fontManager.ttflist}
     return next((family for family in CJK_FONT_FAMILIES if family in installed), None)
+
+
+def use_cjk_fallback_font() -> str | None:
+    """Let every plot draw Chinese: a CJK font after the default one in ``font.family``.
+
+    matplotlib (3.6+) takes each character from the first family that has it, so Latin text keeps
+    the default font. Returns the CJK family used, or ``None`` when there is none.
+    """
+    import matplotlib
+
+    cjk_family = find_cjk_font()
+    families = list(matplotlib.rcParams["font.family"])
+    if cjk_family is not None and cjk_family not in families:
+        matplotlib.rcParams["font.family"] = families + [cjk_family]
+    return cjk_family
 
 
 def _label_font_families() -> list[str] | None:
@@ -154,6 +200,18 @@ class _LabelStyle:
         return [drawable_label(str(token), self.fonts) for token in tokens]
 
 
+def _label_width_in_ems(label: str) -> float:
+    """Rough width of a label: a wide (CJK) character is one em, any other about 0.6 em."""
+    return sum(1.0 if unicodedata.east_asian_width(c) in "WF" else 0.6 for c in label)
+
+
+def _key_label_rotation(labels: Sequence[str], width_inches: float, fontsize_points: float = 10.0) -> int:
+    """0 (upright) when every key label fits the width of its column, else 45 degrees."""
+    column_points = width_inches * 72 / max(len(labels), 1)
+    widest = max((_label_width_in_ems(label) for label in labels), default=0.0)
+    return 0 if widest * fontsize_points <= 0.9 * column_points else 45
+
+
 # ---------------------------------------------------------------------------------------------
 # Positional encoding
 # ---------------------------------------------------------------------------------------------
@@ -227,7 +285,9 @@ def plot_attention(
 
     ``weights`` is ``(T_q, T_k)``, ``(n_heads, T_q, T_k)`` or ``(1, n_heads, T_q, T_k)``.
     With several heads, ``head=None`` draws every head in a grid and ``head=i`` only head ``i``.
-    ``query_tokens`` / ``key_tokens`` label the rows / columns (one label per position).
+    ``query_tokens`` / ``key_tokens`` label the rows / columns (one label per position); key
+    labels stand upright when they fit their column. ``title`` may use mathtext (``"$W^Q$"``);
+    token labels are drawn exactly as given.
     """
     heads = _attention_heads(weights)  # (n_heads, T_q, T_k)
     n_heads, n_queries, n_keys = heads.shape
@@ -245,9 +305,12 @@ def plot_attention(
 
     n_cols = min(len(head_indices), 4)
     n_rows = math.ceil(len(head_indices) / n_cols)
+    title = title or "Attention weights"
     cell = min(max(2.5, 0.3 * max(n_queries, n_keys)), 8.0)  # room for a label per token
+    # Wide enough for the title too (about 0.1 inch per character at the title's size).
+    width = max(cell * n_cols + 1, 0.1 * len(title) + 0.5)
     fig, grid = plt.subplots(
-        n_rows, n_cols, figsize=(cell * n_cols + 1, cell * n_rows + 0.6),
+        n_rows, n_cols, figsize=(width, cell * n_rows + 0.6),
         squeeze=False, layout="constrained",
     )
     style = _LabelStyle()
@@ -259,7 +322,10 @@ def plot_attention(
         # Softmax weights lie in [0, 1]; a fixed scale makes heads comparable.
         image = ax.imshow(heads[index], cmap="viridis", vmin=0.0, vmax=1.0)
         if key_tokens is not None:
-            ax.set_xticks(range(n_keys), style.labels(key_tokens), rotation=90, **text_kwargs)
+            key_labels = style.labels(key_tokens)
+            rotation = _key_label_rotation(key_labels, width_inches=cell - 0.6)
+            ax.set_xticks(range(n_keys), key_labels, rotation=rotation,
+                          ha="right" if rotation else "center", rotation_mode="anchor", **text_kwargs)
         if query_tokens is not None:
             ax.set_yticks(range(n_queries), style.labels(query_tokens), **text_kwargs)
         ax.set_xlabel("key")
@@ -267,7 +333,9 @@ def plot_attention(
         if n_heads > 1:
             ax.set_title(f"head {index}")
     fig.colorbar(image, ax=grid.flat[: len(head_indices)], label="attention weight")
-    fig.suptitle(style.labels([title or "Attention weights"])[0], **text_kwargs)
+    # The title is the author's text, not tokens: mathtext allowed (parse_math left on).
+    title_kwargs = {key: value for key, value in text_kwargs.items() if key != "parse_math"}
+    fig.suptitle(style.labels([title])[0], **title_kwargs)
     return fig
 
 
