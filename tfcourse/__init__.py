@@ -13,9 +13,12 @@ Three layers, each importing only the ones above it.
     models.py      encoder-decoder Transformer, GPT, encoder-only (BERT-style); table 3-1's shapes
     decoding.py    greedy, temperature, top-k, top-p, beam search
     rnn.py         the recurrent network the Transformer replaced (lesson 10)
+    modern.py      the modern block: RMSNorm, SwiGLU, RoPE, grouped-query attention; ModernGPT (lesson 11)
+    pretrained.py  GPT-2's checkpoint layout -> the course GPT (Conv1D, fused c_attn, tied head) (lesson 12)
     validation.py  the input checks every module shares
 
-2. Data and training: `tfcourse.data` (Tiny Shakespeare, batches, the EN->FR corpus) and
+2. Data and training: `tfcourse.data` (Tiny Shakespeare, batches, the EN->FR corpus,
+   BERT's masked-token batches) and
    `tfcourse.training` (the training loop, the recipes, the end-to-end runs).
 
 3. The course machinery: `tfcourse.course` (lesson setup, notebook import, plots, run-solutions,

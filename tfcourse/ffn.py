@@ -9,18 +9,37 @@ part (ReLU, the non-linearity), project back to d_model so the residual sum fits
 
 from __future__ import annotations
 
+import math
+from functools import partial
+
 import torch
 from torch import Tensor, nn
 
 from .validation import expect_tensor, shape_str
 
-ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU}
+
+def gelu_tanh(x: Tensor) -> Tensor:
+    """GELU as GPT-2 computes it, the tanh approximation of x * Phi(x) (Phi: the normal CDF):
+
+        gelu_tanh(x) = 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
+
+    It differs from the exact GELU, x * Phi(x), by at most about 5e-4 - enough that GPT-2's
+    checkpoint is reproduced exactly only with this form (its weights were trained through it).
+    """
+    expect_tensor(x, "x")
+    inner = math.sqrt(2.0 / math.pi) * (x + 0.044715 * x.pow(3))  # the tanh's argument
+    return 0.5 * x * (1.0 + torch.tanh(inner))
+
+
+# The FFN's non-linearity by name. "gelu_tanh" is gelu_tanh above in torch's fused kernel
+# (tests/test_pretrained.py proves the two equal).
+ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "gelu_tanh": partial(nn.GELU, approximate="tanh")}
 
 
 class PositionwiseFeedForward(nn.Module):
     """Linear(d_model, d_ff) -> ReLU -> dropout -> Linear(d_ff, d_model). d_ff defaults to 4 * d_model.
 
-    GELU (GPT-2, BERT) is available as activation="gelu"; SwiGLU (LLaMA) is a gated variant
+    GELU (BERT) is available as activation="gelu", GPT-2's tanh approximation as "gelu_tanh"; SwiGLU (LLaMA) is a gated variant
     that the lessons discuss but this reference does not need.
     """
 
@@ -69,4 +88,4 @@ def worked_example_weights() -> dict[str, Tensor]:
             "W2": WORKED_W2.clone(), "b2": WORKED_B2.clone()}
 
 
-__all__ = ["PositionwiseFeedForward", "worked_example_weights", "WORKED_STEPS"]
+__all__ = ["PositionwiseFeedForward", "gelu_tanh", "ACTIVATIONS", "worked_example_weights", "WORKED_STEPS"]

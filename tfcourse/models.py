@@ -223,7 +223,7 @@ class GPTConfig:
     positional: str = "learned"  # GPT uses learned position vectors; "sinusoidal" also works
     tie_weights: bool = True  # output layer shares the token table: fewer parameters, better small-data fit
     scale_embedding: bool = False  # GPT-2 does not multiply by sqrt(d_model); see TokenEmbedding
-    activation: str = "gelu"  # GPT-2 uses GELU; "relu" gives the paper's FFN
+    activation: str = "gelu"  # GELU as in GPT-2 ("gelu_tanh": GPT-2's own approximation, needed to load its weights); "relu" gives the paper's FFN
     fused_attention: bool = True  # torch's fused attention kernel (same result, faster)
 
     def __post_init__(self) -> None:
@@ -232,6 +232,17 @@ class GPTConfig:
     @property
     def d_head(self) -> int:
         return self.d_model // self.n_heads
+
+    @classmethod
+    def gpt2_small(cls, **options: Any) -> "GPTConfig":
+        """GPT-2 small, the 124M-parameter "gpt2" checkpoint: 12 layers, 12 heads, d_model 768,
+        50,257 byte-level BPE tokens, 1,024 positions; pre-LN with a final LayerNorm, learned positions,
+        the tanh GELU, tied output. tfcourse.pretrained loads its weights into GPT(this config)."""
+        settings = dict(vocab_size=50257, max_len=1024, d_model=768, n_heads=12, n_layers=12, dropout=0.1,
+                        norm_first=True, positional="learned", tie_weights=True, scale_embedding=False,
+                        activation="gelu_tanh")
+        settings.update(options)
+        return cls(**settings)
 
 
 class GPT(nn.Module):

@@ -9,9 +9,13 @@ so that common words become one token; the vocabulary size is a dial between the
 
 from __future__ import annotations
 
+import json
 import math
+import os
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Sequence
+from functools import lru_cache
+from pathlib import Path
 
 import regex
 
@@ -26,6 +30,8 @@ __all__ = [
     "merge_word",
     "train_bpe",
     "BPETokenizer",
+    "bytes_to_unicode",
+    "GPT2_SPECIAL_TOKENS",
 ]
 
 Word = tuple[bytes, ...]  # a pre-token as its current sequence of tokens (each token is bytes)
@@ -392,6 +398,29 @@ def train_bpe(
     return _build_vocab(merges, special_tokens), merges
 
 
+GPT2_SPECIAL_TOKENS = ("<|endoftext|>",)  # GPT-2's only special token: id 50256, between documents
+
+
+@lru_cache(maxsize=1)
+def bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's table from the 256 byte values to 256 printable characters, used to write byte
+    tokens as text in vocab.json and merges.txt.
+
+    Bytes that are printable Latin-1 characters stand for themselves ("a" -> "a"); the other 68
+    (control characters, the space, 0x7F-0xA0, 0xAD) take the characters from U+0100 on, in byte
+    order: the space, 0x20, becomes "Ġ" (U+0120) and the newline "Ċ". So " cat" is written "Ġcat".
+    """
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    table, extra = {}, 0
+    for byte in range(256):
+        if byte in printable:
+            table[byte] = chr(byte)
+        else:
+            table[byte] = chr(256 + extra)
+            extra += 1
+    return table
+
+
 class BPETokenizer:
     """Encode text with learned byte-level BPE merges; decode ids back to text.
 
@@ -446,6 +475,59 @@ class BPETokenizer:
         """Train merges on `text` (see `train_bpe`) and return a tokenizer that uses them."""
         vocab, merges = train_bpe(text, vocab_size, special_tokens)
         return cls(vocab, merges, list(special_tokens))
+
+    @classmethod
+    def from_gpt2_files(cls, vocab_path: str | os.PathLike[str], merges_path: str | os.PathLike[str],
+                        special_tokens: Sequence[str] = GPT2_SPECIAL_TOKENS) -> BPETokenizer:
+        """GPT-2's tokenizer from its `vocab.json` and `merges.txt` (see `save_gpt2_files`).
+
+        Both files spell tokens through GPT-2's byte-to-character table (`bytes_to_unicode`), so
+        "Ġcat" is the bytes b" cat"; the table is undone here and the ids are the file's own.
+        """
+        decoder = {char: byte for byte, char in bytes_to_unicode().items()}
+
+        def to_bytes(token: str) -> bytes:
+            try:
+                return bytes(decoder[char] for char in token)
+            except KeyError as error:
+                raise ValueError(f"token {token!r} in {vocab_path} or {merges_path} has the character "
+                                 f"{error.args[0]!r}, which GPT-2's byte table does not use") from None
+
+        with open(vocab_path, encoding="utf-8") as file:
+            token_ids = json.load(file)  # {"Ġcat": 3797, ...}
+        if not isinstance(token_ids, dict):
+            raise ValueError(f"{vocab_path} must hold a JSON object {{token: id}}, got {type(token_ids).__name__}")
+        vocab = {int(i): to_bytes(token) for token, i in token_ids.items()}
+        merges: list[Pair] = []
+        with open(merges_path, encoding="utf-8") as file:
+            for number, line in enumerate(file, start=1):
+                line = line.rstrip("\n")
+                if (number == 1 and line.startswith("#version")) or not line.strip():
+                    continue
+                parts = line.split(" ")
+                if len(parts) != 2:
+                    raise ValueError(f"{merges_path}, line {number}: expected two tokens separated by one "
+                                     f"space, got {line!r}")
+                merges.append((to_bytes(parts[0]), to_bytes(parts[1])))
+        return cls(vocab, merges, [t for t in special_tokens if t.encode("utf-8") in vocab.values()])
+
+    def save_gpt2_files(self, folder: str | os.PathLike[str]) -> tuple[Path, Path]:
+        """Write `vocab.json` and `merges.txt` in GPT-2's format into `folder`; returns their paths."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        encoder = bytes_to_unicode()
+
+        def to_text(token: bytes) -> str:
+            return "".join(encoder[b] for b in token)
+
+        vocab_path, merges_path = folder / "vocab.json", folder / "merges.txt"
+        tokens = {to_text(token): i for i, token in sorted(self.vocab.items())}
+        if len(tokens) != len(self.vocab):
+            raise ValueError("two ids share the same bytes: GPT-2's vocab.json can hold only one of them")
+        vocab_path.write_text(json.dumps(tokens, ensure_ascii=False), encoding="utf-8")
+        lines = ["#version: 0.2"] + [f"{to_text(left)} {to_text(right)}" for left, right in self.merges]
+        merges_path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        return vocab_path, merges_path
 
     @property
     def vocab_size(self) -> int:

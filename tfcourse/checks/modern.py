@@ -1,0 +1,540 @@
+"""Checks for lesson 11, from the 2017 Transformer to a modern LLM block.
+
+    check_rms_norm(RMSNorm)                         x / sqrt(mean(x^2) + eps) * gain, no mean, no bias
+    check_swiglu(SwiGLUFeedForward)                 (SiLU(x W_gate) * x W_up) W_down, d_ff = 2/3 * 4 d_model
+    check_apply_rope(apply_rope)                    queries/keys rotated by position, half-split pairs
+    check_grouped_query_attention(fn)               n_kv_heads key/value heads shared by groups of query heads
+    check_gqa_attention(GroupedQueryAttention)      the layer: projections, RoPE on q and k, GQA, the KV cache
+
+Every reference and every "usual mistake" output is computed from tfcourse.modern before the learner's
+code runs. The layer (the last exercise) is judged with the references of apply_rope and
+grouped_query_attention in place, so an early bug costs one exercise. Module checks end with
+`expect_portable`: a module that is right on the CPU must also run on a GPU.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .. import modern
+from ..attention import KVCache, causal_mask, padding_mask, scaled_dot_product_attention
+from ..modern import GroupedQueryAttention, RMSNorm, SwiGLUFeedForward, apply_rope, swiglu_hidden_size
+from .core import (CheckFailed, call_learner, compare, expect_portable, expect_unchanged, hidden_note, isolated,
+                   judged_on_its_own, learner_namespaces, off_limits, one_thread, passed)
+
+RMS_NORM_OFF_LIMITS = ["tfcourse.modern.RMSNorm", "torch.nn.RMSNorm", "torch.nn.functional.rms_norm", "torch.rms_norm"]
+SWIGLU_OFF_LIMITS = ["tfcourse.modern.SwiGLUFeedForward", "tfcourse.modern.swiglu_hidden_size"]
+ROPE_OFF_LIMITS = ["tfcourse.modern.apply_rope", "tfcourse.modern.rope_cos_sin", "tfcourse.modern.rotate_half"]
+ATTENTION_BUILTINS = ["torch.nn.functional.scaled_dot_product_attention", "torch.nn.MultiheadAttention"]
+GQA_OFF_LIMITS = ["tfcourse.modern.grouped_query_attention", "tfcourse.modern.repeat_kv", *ATTENTION_BUILTINS]
+GQA_LAYER_OFF_LIMITS = ["tfcourse.modern.GroupedQueryAttention", *ATTENTION_BUILTINS]
+
+ATOL, RTOL = 1e-5, 1e-4
+ROPE_ATOL = 1e-4  # angles up to ~100 radians in float32: another (right) way to compute them differs by ~1e-5
+
+
+def _build(what: str, learner_cls: Any, *args: Any) -> nn.Module:
+    module = call_learner(what, learner_cls, *args)
+    if not isinstance(module, nn.Module):
+        raise CheckFailed(f"{getattr(learner_cls, '__name__', learner_cls)} must be an nn.Module subclass "
+                          "(class ...(nn.Module) with super().__init__() first)")
+    return module
+
+
+def _load(module: nn.Module, reference: nn.Module, hint: str) -> None:
+    """The reference's weights into the learner's module; a naming mismatch explained in one line."""
+    expected, actual = set(reference.state_dict()), set(module.state_dict())
+    if expected != actual:
+        missing, unexpected = sorted(expected - actual), sorted(actual - expected)
+        parts = ([f"missing {missing}"] if missing else []) + ([f"unexpected {unexpected}"] if unexpected else [])
+        raise CheckFailed(f"parameter names differ from the reference ({'; '.join(parts)}): {hint}")
+    try:
+        module.load_state_dict(reference.state_dict())
+    except RuntimeError as error:
+        raise CheckFailed(f"the reference weights do not fit your module: "
+                          f"{str(error).strip().splitlines()[-1].strip()}") from None
+
+
+def _run(what: str, module: nn.Module, *inputs: Any) -> Any:
+    before = [t.clone() for t in inputs if isinstance(t, Tensor)]
+    with torch.no_grad():
+        out = call_learner(what, module, *inputs)
+    expect_unchanged(before, [t for t in inputs if isinstance(t, Tensor)], what)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercise 1: RMSNorm
+# ----------------------------------------------------------------------------------------------
+
+
+def _rms_norm_mistakes(x: Tensor, weight: Tensor, eps: float) -> dict[str, Tensor]:
+    mean_square = x.pow(2).mean(dim=-1, keepdim=True)  # (..., 1)
+    rms = torch.sqrt(mean_square + eps)
+    centred = x - x.mean(dim=-1, keepdim=True)
+    mistakes = {
+        "LayerNorm's normalisation (the mean subtracted first): RMSNorm does not centre x, it only divides by "
+        "sqrt(mean(x^2) + eps)": weight * centred / torch.sqrt(centred.pow(2).mean(dim=-1, keepdim=True) + eps),
+        "RMSNorm with eps *outside* the square root, x / (sqrt(mean(x^2)) + eps): eps belongs inside":
+            weight * x / (torch.sqrt(mean_square) + eps),
+        "RMSNorm *without* eps (an all-zero vector would divide by 0)": weight * x / torch.sqrt(mean_square),
+        "x divided by mean(x^2) + eps: the square root is missing": weight * x / (mean_square + eps),
+        "x times the RMS instead of divided by it": weight * x * rms,
+        "the normalised x *without* the gain (self.weight)": x / rms,
+        "x divided by sqrt(sum(x^2) + eps), the length: RMSNorm takes the *mean* of the squares, so the "
+        "output has RMS 1 and length sqrt(d)": weight * x / torch.sqrt(x.pow(2).sum(dim=-1, keepdim=True) + eps),
+        "x divided by the standard deviation (x.std(), which also subtracts the mean and divides by d - 1)":
+            weight * x / torch.sqrt(x.var(dim=-1, keepdim=True) + eps),
+    }
+    if eps != 1e-6:
+        mistakes[f"RMSNorm with eps = 1e-6 although eps={eps} was passed: use self.eps"] = (
+            weight * x / torch.sqrt(mean_square + 1e-6))
+    if x.dim() >= 2:
+        for where, dim in (("the batch dimension (dim 0)", 0), ("the time dimension (dim 1)", 1))[: x.dim() - 1]:
+            mistakes[f"RMSNorm with the mean of the squares over {where} instead of the features (dim=-1)"] = (
+                weight * x / torch.sqrt(x.pow(2).mean(dim=dim, keepdim=True) + eps))
+    return mistakes
+
+
+@isolated
+@one_thread
+def check_rms_norm(learner_cls: Any, hidden: bool = False) -> None:
+    """RMSNorm(d_model, eps=1e-6): x / sqrt(mean(x^2) + eps) * weight over the last dimension."""
+    gen = torch.Generator().manual_seed(11)
+
+    def normal(*shape: int) -> Tensor:
+        return torch.randn(*shape, generator=gen)
+
+    cases: list[tuple[str, Tensor, float | None]] = [
+        ("x (2, 5, 8) with mean 1 and std 3", 3.0 * normal(2, 5, 8) + 1.0, None),
+        ("x (1, 1, 16) with tiny values (RMS 0.002, so eps matters)", 0.002 * normal(1, 1, 16), None),
+        ("x (4, 6), a 2-D batch of vectors", normal(4, 6), None),
+    ]
+    if hidden:
+        zeros = normal(3, 7, 12)
+        zeros[1, 3] = 0.0  # an all-zero vector: its RMS is 0
+        cases = [
+            ("x (3, 7, 12) with an all-zero vector at one position", zeros, None),
+            ("x (2, 2, 3, 8), four dimensions", 2.0 * normal(2, 2, 3, 8) - 1.0, None),
+            ("x (2, 4, 10) with small values and eps=1e-3", 0.03 * normal(2, 4, 10), 1e-3),
+            ("x (1, 1, 4), batch of 1 and T = 1", normal(1, 1, 4), None),
+        ]
+    name = getattr(learner_cls, "__name__", "RMSNorm")
+    for description, x, eps in cases:
+        d_model = x.shape[-1]
+        reference = RMSNorm(d_model) if eps is None else RMSNorm(d_model, eps=eps)
+        with torch.no_grad():
+            reference.weight.copy_(1.0 + 0.5 * torch.randn(d_model, generator=gen))  # a gain != 1 shows when missing
+            expected = reference(x)
+            mistakes = _rms_norm_mistakes(x, reference.weight, reference.eps)
+        args = (d_model,) if eps is None else (d_model, eps)
+        call = f"{name}({d_model}" + (f", eps={eps})" if eps is not None else ")")
+        with off_limits(RMS_NORM_OFF_LIMITS, "RMSNorm", learner_namespaces(learner_cls)):
+            module = _build(call, learner_cls, *args)
+            params = dict(module.named_parameters())
+            if "bias" in params:
+                raise CheckFailed(f"{call} has a bias: RMSNorm has only the gain `weight` (it neither centres nor shifts)")
+            if sorted(params) != ["weight"] or tuple(params["weight"].shape) != (d_model,):
+                raise CheckFailed(f"{call} should have exactly one nn.Parameter, `weight` (the gain) of shape "
+                                  f"({d_model},), got {[(k, tuple(v.shape)) for k, v in params.items()]}")
+            if not torch.all(params["weight"] == 1):
+                raise CheckFailed(f"{call}: a fresh RMSNorm should start with weight = 1, so that at first it only "
+                                  "rescales")
+            _load(module, reference, "name the gain `weight`")
+            actual = _run(f"{call}.forward(x) for {description}", module.eval(), x)
+        compare(actual, expected, f"RMSNorm on {description}", mistakes, atol=ATOL, rtol=RTOL)
+    with off_limits(RMS_NORM_OFF_LIMITS, "RMSNorm", learner_namespaces(learner_cls)):
+        expect_portable(f"{name}(8)", _build(f"{name}(8)", learner_cls, 8), [torch.randn(2, 3, 8)])
+    passed(f"RMSNorm matches the reference on {len(cases)} inputs" + hidden_note(hidden))
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercise 2: SwiGLU
+# ----------------------------------------------------------------------------------------------
+
+SWIGLU_NAMES = ["w_down.weight", "w_gate.weight", "w_up.weight"]
+
+
+def _swiglu_mistakes(reference: SwiGLUFeedForward, x: Tensor) -> dict[str, Tensor]:
+    gate, up, down = reference.w_gate(x), reference.w_up(x), reference.w_down
+    return {
+        "SiLU applied to x W_up and multiplied by x W_gate: gate and up are swapped, the SiLU goes on the gate":
+            down(F.silu(up) * gate),
+        "ReLU instead of SiLU on the gate (that would be ReGLU)": down(torch.relu(gate) * up),
+        "GELU instead of SiLU on the gate (that would be GEGLU)": down(F.gelu(gate) * up),
+        "sigmoid instead of SiLU on the gate (that is the original GLU; SiLU(z) = z * sigmoid(z))":
+            down(torch.sigmoid(gate) * up),
+        "SiLU(x W_gate) W_down alone: the product with the features x W_up is missing": down(F.silu(gate)),
+        "SiLU applied to the product, SiLU(x W_gate * x W_up): only the gate goes through SiLU":
+            down(F.silu(gate * up)),
+        "SiLU on both projections: only the gate goes through SiLU, x W_up stays linear":
+            down(F.silu(gate) * F.silu(up)),
+        "the sum SiLU(x W_gate) + x W_up instead of the product: the gate *multiplies* the features":
+            down(F.silu(gate) + up),
+        "the FFN output *plus* the input: the residual is added by the block, not the FFN":
+            down(F.silu(gate) * up) + x,
+    }
+
+
+@isolated
+@one_thread
+def check_swiglu(learner_cls: Any, hidden: bool = False) -> None:
+    """SwiGLUFeedForward(d_model, d_ff=None): (SiLU(x W_gate) * x W_up) W_down, bias-free; d_ff defaults to
+    2 * (4 d_model) // 3."""
+    cases = [(2, 5, 12, None), (1, 1, 6, 10)]
+    if hidden:
+        # a d_model that 3 does not divide (the width rounds down), an explicit d_ff, a 2-D input
+        cases = [(3, 7, 8, None), (2, 3, 9, 24), (None, 5, 12, 20), (1, 1, 4, None)]
+    name = getattr(learner_cls, "__name__", "SwiGLUFeedForward")
+    for seed, (batch, length, d_model, d_ff) in enumerate(cases):
+        torch.manual_seed(20 + seed)
+        reference = SwiGLUFeedForward(d_model, d_ff).eval()
+        x = torch.randn(length, d_model) if batch is None else torch.randn(batch, length, d_model)
+        with torch.no_grad():
+            expected = reference(x)
+            mistakes = _swiglu_mistakes(reference, x)
+        args = (d_model,) if d_ff is None else (d_model, d_ff)
+        call = f"{name}{args}".replace(",)", ")")
+        with off_limits(SWIGLU_OFF_LIMITS, "SwiGLU feed-forward network", learner_namespaces(learner_cls)):
+            module = _build(call, learner_cls, *args)
+            names = sorted(n for n, _ in module.named_parameters())
+            if any(n.endswith("bias") for n in names):
+                raise CheckFailed(f"{call} has biases {[n for n in names if n.endswith('bias')]}: SwiGLU, as in LLaMA, "
+                                  "is bias-free (nn.Linear(..., bias=False))")
+            if names != SWIGLU_NAMES:
+                raise CheckFailed(f"expected parameters {SWIGLU_NAMES} (three bias-free nn.Linear layers named w_gate, "
+                                  f"w_up, w_down), got {names}")
+            width = module.w_gate.out_features
+            if width != reference.d_ff:
+                default = f"2 * (4 * {d_model}) // 3 = {reference.d_ff}"
+                raise CheckFailed(f"{call}: w_gate maps d_model={d_model} to {width} features, expected "
+                                  + (f"d_ff = {d_ff}" if d_ff is not None else
+                                     f"the default d_ff = {default} (2/3 of the ReLU FFN's 4 d_model: three "
+                                     "matrices instead of two, the same number of parameters)"))
+            _load(module, reference, "name the three layers w_gate, w_up and w_down")
+            actual = _run(f"forward(x) of {call} for x of shape {tuple(x.shape)}", module.eval(), x)
+        compare(actual, expected, f"SwiGLU output of {call} for x of shape {tuple(x.shape)}", mistakes,
+                atol=ATOL, rtol=RTOL)
+    with off_limits(SWIGLU_OFF_LIMITS, "SwiGLU feed-forward network", learner_namespaces(learner_cls)):
+        expect_portable(f"{name}(12)", _build(f"{name}(12)", learner_cls, 12), [torch.randn(2, 5, 12)])
+    d = 384
+    passed(f"SwiGLUFeedForward matches the reference on {len(cases)} shapes; at d_model = {d} its default width "
+           f"{swiglu_hidden_size(d)} holds 3 x {d} x {swiglu_hidden_size(d)} = {3 * d * swiglu_hidden_size(d):,} "
+           f"weights, as the ReLU FFN's 2 x {d} x {4 * d}" + hidden_note(hidden))
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercise 3: RoPE
+# ----------------------------------------------------------------------------------------------
+
+
+def _rotate(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool = False, clockwise: bool = False) -> Tensor:
+    """x * cos + (x turned by 90 degrees) * sin, for half-split pairs or interleaved ones."""
+    if interleaved:
+        pairs = x.unflatten(-1, (-1, 2))  # (..., d/2, 2): (x[2i], x[2i + 1])
+        turned = torch.stack([-pairs[..., 1], pairs[..., 0]], dim=-1).flatten(-2)  # (..., d)
+    else:
+        x1, x2 = x.chunk(2, dim=-1)
+        turned = torch.cat([-x2, x1], dim=-1)  # (..., d)
+    if clockwise:
+        turned = -turned
+    return x * cos + turned * sin
+
+
+def _angles(length: int, d_head: int, start: float, base: float, frequencies: str = "right",
+            layout: str = "halves") -> Tensor:
+    """(length, d_head) angles for positions start .. start + length - 1, right or in one of the wrong ways."""
+    i = torch.arange(0, d_head, 2, dtype=torch.float64)  # 2i
+    exponent = {"right": i / d_head, "i_over_d": (i / 2) / d_head}[frequencies]
+    inv_freq = base ** (-exponent)  # (d/2,)
+    positions = torch.arange(length, dtype=torch.float64) + start  # (T,)
+    angles = torch.outer(positions, inv_freq)  # (T, d/2)
+    if layout == "halves":
+        return torch.cat([angles, angles], dim=-1)  # (T, d)
+    return angles.repeat_interleave(2, dim=-1)  # (T, d): theta_0, theta_0, theta_1, theta_1, ...
+
+
+def _rope_mistakes(x: Tensor, offset: int, base: float) -> dict[str, Tensor]:
+    length, d = x.shape[-2], x.shape[-1]
+    xd = x.double()
+
+    def rot(angles: Tensor, **how: bool) -> Tensor:
+        return _rotate(xd, angles.cos(), angles.sin(), **how).to(x.dtype)
+
+    right = _angles(length, d, offset, base)
+    mistakes = {
+        "the interleaved layout, pairs (x[2i], x[2i+1]) as in Meta's LLaMA code and RoFormer: this course pairs "
+        "dimension i with i + d_head/2 (the two halves), as Hugging Face's Llama does":
+            rot(_angles(length, d, offset, base, layout="pairs"), interleaved=True),
+        "a rotation the other way (by -angle): rotate_half(x) is (-x2, x1), not (x2, -x1)": rot(right, clockwise=True),
+        "cos and sin swapped: x * sin(angle) + rotate_half(x) * cos(angle); it is x * cos + rotate_half(x) * sin":
+            _rotate(xd, right.sin(), right.cos()).to(x.dtype),
+        "angles repeated element by element (theta_0, theta_0, theta_1, ...): with the half-split pairs, dimension i "
+        "and i + d_head/2 share one angle, so concatenate the angles with themselves":
+            rot(_angles(length, d, offset, base, layout="pairs")),
+        "frequencies base^(-i/d_head) for i = 0, 1, 2, ...: the exponent is 2i/d_head (the sinusoidal encoding's)":
+            rot(_angles(length, d, offset, base, frequencies="i_over_d")),
+        "frequencies base^(+2i/d_head): the angle is position * base^(-2i/d_head), slower for later pairs":
+            rot(torch.cat([torch.outer(torch.arange(length, dtype=torch.float64) + offset,
+                                        base ** (torch.arange(0, d, 2, dtype=torch.float64) / d))] * 2, dim=-1)),
+    }
+    if offset != 0:
+        mistakes["positions from 0: the offset is ignored (with a KV cache the new tokens sit at positions "
+                 "offset, offset + 1, ...)"] = rot(_angles(length, d, 0, base))
+    mistakes["positions from 1 instead of 0 (position offset + t, t = 0 .. T-1)"] = rot(_angles(length, d, offset + 1, base))
+    return mistakes
+
+
+def _relative_only(learner_fn: Any, d_head: int) -> bool:
+    """Does the learner's rotation give q_m . k_n that depends on m - n alone? (Tried on a few offsets.)"""
+    gen = torch.Generator().manual_seed(31)
+    q, k = torch.randn(1, 1, 1, d_head, generator=gen), torch.randn(1, 1, 1, d_head, generator=gen)
+    try:
+        def score(m: int, n: int) -> float:
+            return float((learner_fn(q, m) * learner_fn(k, n)).sum())
+        return all(abs(score(m, n) - score(m + s, n + s)) < 1e-3 for m, n, s in [(3, 1, 4), (0, 5, 9), (7, 7, 2)])
+    except Exception:  # noqa: BLE001 - a crash here is reported by the main comparison already
+        return False
+
+
+@isolated
+@one_thread
+def check_apply_rope(learner_fn: Any, hidden: bool = False) -> None:
+    """apply_rope(x, offset=0, base=10000.0): x (..., T, d_head) rotated, pair (i, i + d_head/2) by the angle
+    (offset + t) * base^(-2i/d_head)."""
+    cases: list[tuple[tuple[int, ...], int, float | None]] = [((2, 3, 5, 8), 0, None), ((1, 2, 4, 16), 7, None)]
+    if hidden:
+        # T = 1 after a long cache, a 3-D input, LLaMA 3's base, a single pair
+        cases = [((1, 1, 1, 4), 0, None), ((2, 4, 6, 32), 100, None), ((3, 9, 2), 3, None),
+                 ((1, 2, 5, 8), 2, 500000.0), ((2, 1, 3, 2), 1, None)]
+    for seed, (shape, offset, base) in enumerate(cases):
+        x = torch.randn(*shape, generator=torch.Generator().manual_seed(40 + seed))
+        used_base = 10000.0 if base is None else base
+        expected = apply_rope(x, offset, used_base)
+        mistakes = _rope_mistakes(x, offset, used_base)
+        args = (x, offset) if base is None else (x, offset, base)
+        what = f"apply_rope(x, offset={offset}" + (f", base={base:g})" if base is not None else ")") + \
+               f" for x of shape {tuple(shape)}"
+        before = x.clone()
+        with off_limits(ROPE_OFF_LIMITS, "rotary position embedding", learner_namespaces(learner_fn)):
+            actual = call_learner(what, learner_fn, *args)
+        expect_unchanged([before], [x], what)
+        try:
+            compare(actual, expected, what, mistakes, atol=ROPE_ATOL, rtol=RTOL)
+        except CheckFailed as failure:
+            if "values differ" in str(failure) and not _relative_only(learner_fn, shape[-1]):
+                raise CheckFailed(f"{failure}; and with your rotation the score q_m . k_n changes when m and n "
+                                  "move together, so it depends on more than the offset m - n") from None
+            raise
+    passed(f"apply_rope matches the reference on {len(cases)} inputs: the score q_m . k_n depends on m - n alone"
+           + hidden_note(hidden))
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercise 4: grouped-query attention
+# ----------------------------------------------------------------------------------------------
+
+
+def _attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: bool = True) -> Tensor:
+    if not scale:
+        q = q * q.shape[-1] ** 0.5  # undoes the 1/sqrt(d_head) inside
+    return scaled_dot_product_attention(q, k, v, mask)[0]
+
+
+def _gqa_cases(hidden: bool) -> list[tuple[str, tuple[int, int, int, int, int, int], str]]:
+    """(label, (B, n_heads, n_kv_heads, T_q, T_k, d_head), mask kind)."""
+    cases = [("grouped-query, 8 query heads sharing 2 kv heads", (2, 8, 2, 5, 5, 8), "causal"),
+             ("multi-query, 4 query heads sharing 1 kv head", (1, 4, 1, 3, 3, 4), "none")]
+    if hidden:
+        cases = [("multi-head, n_kv_heads = n_heads = 4", (2, 4, 4, 6, 6, 8), "causal"),
+                 ("T = 1, 6 query heads, 3 kv heads", (1, 6, 3, 1, 1, 4), "none"),
+                 ("one new query after 6 cached keys", (2, 6, 2, 1, 7, 8), "causal"),
+                 ("a padding mask (B, 1, 1, T)", (3, 4, 2, 5, 5, 8), "padding"),
+                 ("a mask that hides all but one key", (2, 6, 3, 4, 4, 4), "one_key")]
+    return cases
+
+
+def _gqa_mask(kind: str, batch: int, t_q: int, t_k: int) -> Tensor | None:
+    if kind == "causal":
+        return causal_mask(t_q, t_k)
+    if kind == "padding":
+        ids = torch.ones(batch, t_k, dtype=torch.long)
+        ids[0, 3:] = 0
+        ids[-1, 1:] = 0
+        return padding_mask(ids, pad_id=0)  # (B, 1, 1, T_k)
+    if kind == "one_key":
+        mask = torch.zeros(t_q, t_k, dtype=torch.bool)
+        mask[:, 2] = True
+        return mask
+    return None
+
+
+@isolated
+@one_thread
+def check_grouped_query_attention(learner_fn: Any, hidden: bool = False) -> None:
+    """grouped_query_attention(q, k, v, mask=None) for q (B, n_heads, T_q, d_head), k and v
+    (B, n_kv_heads, T_k, d_head) -> (B, n_heads, T_q, d_head): query head h uses kv head h // (n_heads / n_kv_heads)."""
+    cases = _gqa_cases(hidden)
+    for seed, (label, (batch, n_heads, n_kv, t_q, t_k, d_head), kind) in enumerate(cases):
+        g = torch.Generator().manual_seed(50 + seed)
+        q = torch.randn(batch, n_heads, t_q, d_head, generator=g)
+        k, v = torch.randn(batch, n_kv, t_k, d_head, generator=g), torch.randn(batch, n_kv, t_k, d_head, generator=g)
+        mask = _gqa_mask(kind, batch, t_q, t_k)
+        n_rep = n_heads // n_kv
+        expected = modern.grouped_query_attention(q, k, v, mask)
+        tiled_k, tiled_v = k.repeat(1, n_rep, 1, 1), v.repeat(1, n_rep, 1, 1)  # (B, n_heads, T_k, d_head)
+        grouped_k, grouped_v = k.repeat_interleave(n_rep, dim=1), v.repeat_interleave(n_rep, dim=1)
+        mistakes = {
+            "the kv heads tiled as a whole stack (k.repeat(1, n_rep, 1, 1)): query head h belongs to kv head "
+            "h // n_rep, so each kv head is repeated in place, repeat_interleave(n_rep, dim=1)":
+                _attention(q, tiled_k, tiled_v, mask),
+            "attention *without* the 1/sqrt(d_head) scaling": _attention(q, grouped_k, grouped_v, mask, scale=False),
+        }
+        if mask is not None:
+            mistakes["attention that ignores the mask"] = _attention(q, grouped_k, grouped_v, None)
+        what = f"grouped_query_attention for {label}: q {tuple(q.shape)}, k and v {tuple(k.shape)}"
+        given = [q, k, v] + ([mask] if mask is not None else [])
+        before = [t.clone() for t in given]
+        with off_limits(GQA_OFF_LIMITS, "grouped-query attention", learner_namespaces(learner_fn)):
+            actual = call_learner(what, learner_fn, q, k, v, mask)
+        expect_unchanged(before, given, what)
+        if isinstance(actual, tuple):
+            raise CheckFailed(f"{what}: return the output tensor alone, not a tuple (e.g. not (output, weights))")
+        if isinstance(actual, Tensor) and actual.shape == (batch, n_kv, t_q, d_head) and n_kv != n_heads:
+            raise CheckFailed(f"{what}: your output has n_kv_heads = {n_kv} heads; every one of the {n_heads} query "
+                              "heads gives an output: repeat the kv heads to n_heads before attending")
+        compare(actual, expected, what, mistakes, atol=ATOL, rtol=RTOL)
+    passed(f"grouped_query_attention matches the reference on {len(cases)} cases (MHA and MQA are its two ends)"
+           + hidden_note(hidden))
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercise 5: the GQA layer with RoPE and a KV cache
+# ----------------------------------------------------------------------------------------------
+
+LAYER_NAMES = ("name the projections like tfcourse.modern.GroupedQueryAttention: w_q, w_k, w_v, w_o, "
+               "bias-free nn.Linear layers")
+
+# The earlier exercises a layer uses: while it is judged, the references stand in for the learner's.
+LAYER_PARTS = {
+    "rotate_half": ("Exercise 3 (apply_rope)", lambda: modern.rotate_half),
+    "rope_cos_sin": ("Exercise 3 (apply_rope)", lambda: modern.rope_cos_sin),
+    "apply_rope": ("Exercise 3 (apply_rope)", lambda: modern.apply_rope),
+    "repeat_kv": ("Exercise 4 (grouped_query_attention)", lambda: modern.repeat_kv),
+    "grouped_query_attention": ("Exercise 4 (grouped_query_attention)", lambda: modern.grouped_query_attention),
+}
+
+
+def _layer_by_hand(ref: GroupedQueryAttention, x: Tensor, mask: Tensor | None, past: tuple[Tensor, Tensor] | None,
+                   offset: int, rotate: str = "qk", use_offset: bool = True, tiled: bool = False) -> Tensor:
+    """The layer's forward, written out so that one step can be done wrongly (rotate: which of q, k, v)."""
+    batch, length, _ = x.shape
+    q = ref.w_q(x).view(batch, length, ref.n_heads, ref.d_head).transpose(1, 2)  # (B, n_heads, T, d_head)
+    k = ref.w_k(x).view(batch, length, ref.n_kv_heads, ref.d_head).transpose(1, 2)  # (B, n_kv, T, d_head)
+    v = ref.w_v(x).view(batch, length, ref.n_kv_heads, ref.d_head).transpose(1, 2)
+    start = offset if use_offset else 0
+    q, k, v = (apply_rope(t, start) if name in rotate else t for name, t in (("q", q), ("k", k), ("v", v)))
+    if past is not None:
+        k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
+    n_rep = ref.n_heads // ref.n_kv_heads
+    if tiled:
+        k, v = k.repeat(1, n_rep, 1, 1), v.repeat(1, n_rep, 1, 1)
+    else:
+        k, v = k.repeat_interleave(n_rep, dim=1), v.repeat_interleave(n_rep, dim=1)
+    out = scaled_dot_product_attention(q, k, v, mask)[0]  # (B, n_heads, T, d_head)
+    return ref.w_o(out.transpose(1, 2).reshape(batch, length, -1))  # (B, T, d_model)
+
+
+def _layer_mistakes(ref: GroupedQueryAttention, x: Tensor, mask: Tensor) -> dict[str, Tensor]:
+    """What the usual mistakes give on the whole sequence x (B, T, d_model)."""
+    mistakes = {
+        "the layer with the values rotated too: RoPE turns queries and keys only (position enters through "
+        "their dot product; values carry content)": _layer_by_hand(ref, x, mask, None, 0, rotate="qkv"),
+        "the layer with only the queries rotated: rotate the keys too": _layer_by_hand(ref, x, mask, None, 0, rotate="q"),
+        "the layer with only the keys rotated: rotate the queries too": _layer_by_hand(ref, x, mask, None, 0, rotate="k"),
+        "the layer without RoPE: apply_rope to q and k": _layer_by_hand(ref, x, mask, None, 0, rotate=""),
+    }
+    if ref.n_kv_heads not in (1, ref.n_heads):
+        mistakes["the layer with the kv heads tiled as a whole stack (repeat instead of repeat_interleave)"] = (
+            _layer_by_hand(ref, x, mask, None, 0, tiled=True))
+    return mistakes
+
+
+def _cached_mistakes(ref: GroupedQueryAttention, x: Tensor, prefix: int, whole: dict[str, Tensor]) -> dict[str, Tensor]:
+    """The mistakes on the positions after a cache of `prefix` positions: the same mistake made in both calls
+    gives the whole sequence's wrong output; ignoring the offset goes wrong in the second call only."""
+    mistakes = {text: out[:, prefix:] for text, out in whole.items()}
+    past_k, past_v = _reference_cache(ref, x[:, :prefix])
+    rest_mask = causal_mask(x.shape[1] - prefix, x.shape[1])
+    mistakes["the new tokens rotated as if at positions 0, 1, ...: with a cache they sit at len(cache), "
+             "len(cache) + 1, ... (read offset = len(cache) *before* appending, then apply_rope(q, offset))"] = (
+        _layer_by_hand(ref, x[:, prefix:], rest_mask, (past_k, past_v), prefix, use_offset=False))
+    return mistakes
+
+
+def _reference_cache(ref: GroupedQueryAttention, x: Tensor) -> tuple[Tensor, Tensor]:
+    """The keys and values a right cache holds after seeing x: (B, n_kv_heads, T, d_head), keys rotated."""
+    batch, length, _ = x.shape
+    k = ref.w_k(x).view(batch, length, ref.n_kv_heads, ref.d_head).transpose(1, 2)  # (B, n_kv_heads, T, d_head)
+    v = ref.w_v(x).view(batch, length, ref.n_kv_heads, ref.d_head).transpose(1, 2)
+    return apply_rope(k), v
+
+
+@isolated
+@one_thread
+def check_gqa_attention(learner_cls: Any, hidden: bool = False) -> None:
+    """GroupedQueryAttention(d_model, n_heads, n_kv_heads).forward(x, mask=None, cache=None): RoPE on q and k at
+    their positions, the KV cache keeps the n_kv_heads heads, grouped-query attention, W_o."""
+    judged_on_its_own(_check_gqa_attention, learner_cls, hidden, LAYER_PARTS)
+
+
+def _check_gqa_attention(learner_cls: Any, hidden: bool = False) -> None:
+    cases = [(32, 8, 2, 2, 6), (16, 4, 1, 1, 1)]  # (d_model, n_heads, n_kv_heads, B, T)
+    if hidden:
+        cases = [(24, 6, 6, 2, 5), (32, 4, 2, 3, 7), (16, 4, 2, 1, 2)]
+    name = getattr(learner_cls, "__name__", "GroupedQueryAttention")
+    for seed, (d_model, n_heads, n_kv, batch, length) in enumerate(cases):
+        torch.manual_seed(60 + seed)
+        reference = GroupedQueryAttention(d_model, n_heads, n_kv).eval()
+        x = torch.randn(batch, length, d_model)
+        mask = causal_mask(length)
+        prefix = length // 2
+        with torch.no_grad():
+            expected = reference(x, mask)
+            mistakes = _layer_mistakes(reference, x, mask)
+            if prefix:
+                rest_mistakes = _cached_mistakes(reference, x, prefix, mistakes)
+        call = f"{name}({d_model}, {n_heads}, {n_kv})"
+        with off_limits(GQA_LAYER_OFF_LIMITS, "grouped-query attention layer", learner_namespaces(learner_cls)):
+            module = _build(call, learner_cls, d_model, n_heads, n_kv)
+            _load(module, reference, LAYER_NAMES)
+            module.eval()
+            what = f"{call} on x {tuple(x.shape)} with a causal mask"
+            compare(_run(what, module, x, mask), expected, what, mistakes, atol=ATOL, rtol=RTOL)
+            if not prefix:
+                continue
+            # The same sequence in two calls: a prefix, then the rest with the cache.
+            cache = KVCache()
+            _run(f"{call} on the first {prefix} positions with an empty KVCache", module, x[:, :prefix],
+                 causal_mask(prefix), cache)
+            rest = f"{call} on positions {prefix}..{length - 1} after a KVCache of the first {prefix}"
+            actual = _run(rest, module, x[:, prefix:], causal_mask(length - prefix, length), cache)
+        if not isinstance(cache.k, Tensor) or len(cache) != length:
+            raise CheckFailed(f"{call}: after two calls with the same KVCache it holds {len(cache)} positions, expected "
+                              f"{length}: append the new keys and values with cache.append(k, v)")
+        if cache.k.shape[1] != n_kv:
+            raise CheckFailed(f"{call}: your KVCache stores {cache.k.shape[1]} heads, expected n_kv_heads = {n_kv}: "
+                              "cache k and v *before* repeating them for the query heads, that is GQA's memory saving")
+        compare(actual, expected[:, prefix:], rest, rest_mistakes, atol=ATOL, rtol=RTOL)
+    with off_limits(GQA_LAYER_OFF_LIMITS, "grouped-query attention layer", learner_namespaces(learner_cls)):
+        expect_portable(f"{name}(16, 4, 2)", _build(f"{name}(16, 4, 2)", learner_cls, 16, 4, 2),
+                        [torch.randn(2, 5, 16), causal_mask(5)])
+    passed(f"{name} matches the reference on {len(cases)} layers, with and without the KV cache, which keeps "
+           "only the n_kv_heads heads" + hidden_note(hidden))
+
+
+__all__ = ["check_rms_norm", "check_swiglu", "check_apply_rope", "check_grouped_query_attention", "check_gqa_attention"]
