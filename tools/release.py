@@ -26,7 +26,9 @@ def lessons() -> list[str]:
 
 
 def generate(lesson: str, release_dir: Path) -> Path:
-    """Run `nbgrader generate_assignment` for one lesson into release_dir; returns the lesson folder."""
+    """Run `nbgrader generate_assignment` for one lesson into release_dir; returns the lesson folder.
+
+    `lesson` may be a pattern: "*" makes every lesson in one nbgrader run (one start-up, not one each)."""
     command = [sys.executable, "-m", "nbgrader", "generate_assignment", lesson, "--no-db", "--force",
                f"--CourseDirectory.release_directory={release_dir}", "--log-level=WARN"]
     subprocess.run(command, cwd=ROOT, check=True)
