@@ -7,6 +7,11 @@
     grade.py            grade a learner's notebooks with the hidden tests (tfcourse grade)
     bench.py            performance figures (tfcourse bench)
     cli.py              the `tfcourse` command
+    autograde.py        nbgrader plug-ins: fair, tamper-evident grading; formulas readable offline
+    parallel_autograde.py  a class's submissions graded N at a time (tfcourse autograde --jobs N)
+    lab.py              a Jupyter server extension: the lessons open unmodified in JupyterLab
+    mathml.py           LaTeX -> MathML for the grading reports
+    assemble.py         your_parts(): the learner's own components, checked, built into whole models
 
 The model (tfcourse/<stage>.py) and data + training (tfcourse/data/, tfcourse/training/) never
 import from here, so they work without Jupyter or nbgrader installed.

@@ -72,6 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     # Listed here for --help; main() hands their arguments straight to tfcourse.course.grade / tfcourse.course.bench.
     commands.add_parser("grade", help="grade your notebooks with the full tests (see `tfcourse grade -h`)")
     commands.add_parser("bench", help="print the performance figures (see `tfcourse bench -h`)")
+    commands.add_parser("autograde", help="nbgrader autograde for a whole class, N submissions at a time "
+                        "(see `tfcourse autograde -h`)")
     return parser
 
 
@@ -83,6 +85,10 @@ def main(argv: list[str] | None = None) -> int:
         from .grade import main as grade_main
 
         return grade_main(argv[1:])
+    if argv[:1] == ["autograde"]:
+        from .parallel_autograde import main as autograde_main
+
+        return autograde_main(argv[1:])
     args = build_parser().parse_args(argv)
     return args.run(args)
 

@@ -1,0 +1,17 @@
+#!/bin/sh
+# Configure an installed course environment for a classroom (deploy/README.md):
+#   deploy/configure.sh PREFIX        e.g. deploy/configure.sh /opt/tfcourse/venv
+# - Formgrader and "Create Assignment" off for everyone (the instructor's configuration, installed
+#   as PREFIX/etc/jupyter-instructor, turns them back on for instructors only);
+# - the course-wide nbgrader configuration (course id, exchange) in PREFIX/etc/jupyter.
+# Run it as the owner of PREFIX (root for a system-wide install) after every (re)install.
+set -eu
+PREFIX=$1
+HERE=$(cd "$(dirname "$0")" && pwd)
+"$PREFIX/bin/python" -m jupyter server extension disable --sys-prefix nbgrader.server_extensions.formgrader
+"$PREFIX/bin/python" -m jupyter labextension disable --level=sys_prefix @jupyter/nbgrader:formgrader
+"$PREFIX/bin/python" -m jupyter labextension disable --level=sys_prefix @jupyter/nbgrader:create-assignment
+mkdir -p "$PREFIX/etc/jupyter" "$PREFIX/etc/jupyter-instructor"
+cp "$HERE/nbgrader_config.py" "$PREFIX/etc/jupyter/nbgrader_config.py"
+cp -R "$HERE/instructor/." "$PREFIX/etc/jupyter-instructor/"
+chmod -R a+rX "$PREFIX/etc/jupyter" "$PREFIX/etc/jupyter-instructor"

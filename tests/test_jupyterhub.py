@@ -1,0 +1,492 @@
+"""The classroom on one machine, for real: a JupyterHub run with deploy/jupyterhub_config.py, two
+learners and an instructor as Unix users, the whole nbgrader loop with each step run as its user.
+
+- The course is installed once for everyone, the way deploy/README.md installs it (a virtual
+  environment configured by deploy/configure.sh); here it is a throw-away environment made from the
+  test's own (`install_course`): the users must be able to run it, and the repository's may sit
+  where they cannot (an interpreter under root's home, say).
+- Throw-away Unix users (useradd; removed at the end, userdel -r) with 0700 homes; nbgrader's
+  exchange is a fresh folder with mode 1777.
+- The Hub: shared-password authenticator, LocalProcessSpawner, the Python configurable-http-proxy.
+  Through its REST API the test adds the learners, makes their tokens and starts their servers;
+  it reaches each server through the proxy (and not another user's).
+- The loop: the instructor generates and releases 04_ffn; each learner fetches it, answers it in
+  their own server (its contents API: one learner completely, from solutions/, the other all but
+  two exercises) and submits; the instructor collects, autogrades and releases feedback; each
+  learner fetches their own feedback, and cannot list or read the other's submission.
+
+Creating users needs root: as another user the test is skipped, with that reason.
+"""
+
+from __future__ import annotations
+
+import csv
+import http.cookiejar
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from test_grading import _meta, _strip_markers
+from test_instructor import free_port, get_when_up
+
+ROOT = Path(__file__).resolve().parents[1]
+DEPLOY = ROOT / "deploy"
+LESSON = "04_ffn"
+UNFINISHED = ("collapse_impl", "backward_impl")  # what the second learner leaves undone
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,
+                       reason="needs root: it creates throw-away Unix users (useradd) for the learners and "
+                              "the instructor, and the Hub starts their servers as them"),
+]
+
+
+# --- the course, installed once for everyone ------------------------------------------------------
+
+def _others_can_reach(path: Path) -> bool:
+    """Whether a user other than the owner can run/read `path`: every folder above it searchable."""
+    path = path.resolve()
+    return all(p.stat().st_mode & stat.S_IXOTH for p in [path, *path.parents])
+
+
+def _readable_by_others(folder: Path) -> bool:
+    """Whether other users can read `folder` in place: reachable, every folder in it searchable and
+    every file readable."""
+    if not _others_can_reach(folder):
+        return False
+    for here, _, files in os.walk(folder):
+        if os.stat(here).st_mode & 0o005 != 0o005:
+            return False
+        for name in files:
+            path = os.path.join(here, name)
+            if not os.path.islink(path) and not os.stat(path).st_mode & stat.S_IROTH:
+                return False
+    return True
+
+
+def _link_or_copy(source: str, target: str) -> None:
+    try:
+        os.link(source, target)  # the same file, no copy: seconds, not gigabytes
+    except OSError:
+        shutil.copy2(source, target)
+
+
+def _mirror(source: Path, target: Path, skip=lambda name: False) -> None:
+    """`target` gets `source`'s entries: symbolic links when other users can read `source` in place
+    (nothing is copied, nothing is changed there), else hard-linked copies."""
+    in_place = _readable_by_others(source)
+    target.mkdir(parents=True, exist_ok=True)
+    for entry in source.iterdir():
+        if skip(entry.name):
+            continue
+        if in_place:
+            (target / entry.name).symlink_to(entry)
+        elif entry.is_symlink():
+            (target / entry.name).symlink_to(os.readlink(entry))
+        elif entry.is_dir():
+            shutil.copytree(entry, target / entry.name, symlinks=True, copy_function=_link_or_copy)
+        else:
+            _link_or_copy(str(entry), str(target / entry.name))
+
+
+def install_course(root: Path) -> tuple[Path, dict[str, str]]:
+    """A course environment under `root` that the users can run, made from the running virtual
+    environment: its packages (read in place when others can read them, else hard-linked copies),
+    the course package copied in, its own bin/ (scripts pointing at it), etc/ and pyvenv.cfg. When
+    other users cannot reach the interpreter (a Python under root's home), its installation is
+    copied too, without its tests and its own site-packages. Returns the environment's folder and
+    the variables its programs need. The original environment is never written to."""
+    if sys.prefix == sys.base_prefix:
+        pytest.fail("run the tests from a virtual environment (`make test`): the classroom test copies it")
+    interpreter, extra_env = Path(sys.executable).resolve(), {}
+    stdlib = f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    if not _others_can_reach(interpreter):
+        base = Path(sys.base_prefix).resolve()
+
+        def unneeded(folder: str, names: list[str]) -> set[str]:
+            return {"test", "site-packages", "idlelib", "tkinter", "turtledemo"} & set(names) \
+                if Path(folder) == base / "lib" / stdlib else set()
+
+        shutil.copytree(base, root / "python", symlinks=True, copy_function=_link_or_copy, ignore=unneeded)
+        interpreter = root / "python" / interpreter.relative_to(base)
+        if (root / "python" / "lib").is_dir():  # a shared libpython, found by its old (unreachable) path otherwise
+            extra_env["LD_LIBRARY_PATH"] = str(root / "python" / "lib")
+    venv, source = root / "venv", Path(sys.prefix)
+    site = next(Path(p) for p in sys.path if p.endswith("site-packages") and Path(p).is_relative_to(source))
+    site_rel = site.relative_to(source)
+    # (the course package is copied in below: it is installed editable here, pointing into the repository)
+    _mirror(site, venv / site_rel, skip=lambda name: name.startswith("__editable__") or name == "tfcourse")
+    if (source / "lib64").is_symlink():
+        (venv / "lib64").symlink_to(os.readlink(source / "lib64"))
+    _mirror(source / "share", venv / "share")
+    shutil.copytree(source / "etc", venv / "etc")  # a real copy: configure.sh writes into it
+    shutil.copytree(ROOT / "tfcourse", venv / site_rel / "tfcourse", ignore=shutil.ignore_patterns("__pycache__"))
+    # compiled once here, as an install does: the users cannot write __pycache__ folders into it
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(venv / site_rel / "tfcourse")], check=True)
+    (venv / "bin").mkdir()
+    old_shebang = f"#!{source}/bin/".encode()
+    for entry in (source / "bin").iterdir():
+        target = venv / "bin" / entry.name
+        if entry.name.startswith("python"):
+            target.symlink_to(interpreter)
+        elif entry.is_symlink() or not entry.is_file():
+            continue
+        else:
+            data = entry.read_bytes()
+            if data.startswith(old_shebang):
+                data = f"#!{venv}/bin/".encode() + data[len(old_shebang):]
+            target.write_bytes(data)
+            target.chmod(entry.stat().st_mode)
+    version = ".".join(map(str, sys.version_info[:3]))
+    (venv / "pyvenv.cfg").write_text(f"home = {interpreter.parent}\ninclude-system-site-packages = false\n"
+                                     f"version = {version}\n")
+    done = subprocess.run(["sh", str(DEPLOY / "configure.sh"), str(venv)], capture_output=True, text=True,
+                          env={**os.environ, **extra_env})
+    assert done.returncode == 0, f"deploy/configure.sh failed:\n{done.stdout}\n{done.stderr}"
+    return venv, extra_env
+
+
+# --- throw-away users ------------------------------------------------------------------------------
+
+def _kill_processes_of(user: str) -> None:
+    import psutil
+
+    for process in psutil.process_iter(["username"]):
+        if process.info["username"] == user:
+            try:
+                process.kill()
+            except psutil.Error:
+                pass
+
+
+class Classroom:
+    def __init__(self, root: Path, venv: Path, env: dict[str, str], exchange: Path):
+        self.root, self.venv, self.extra_env, self.exchange = root, venv, env, exchange
+        tag = secrets.token_hex(3)
+        self.alice, self.bob, self.teacher = f"tfc{tag}alice", f"tfc{tag}bob", f"tfc{tag}teach"
+        self.users: list[str] = []
+
+    def add_user(self, name: str) -> None:
+        done = subprocess.run(["useradd", "--create-home", "--base-dir", str(self.root / "home"),
+                               "--shell", "/bin/sh", name], capture_output=True, text=True)
+        assert done.returncode == 0, f"useradd {name}: {done.stderr}"
+        self.users.append(name)
+        self.home(name).chmod(0o700)  # (deploy/README.md: HOME_MODE 0700 in /etc/login.defs)
+
+    def remove_users(self) -> None:
+        for name in self.users:
+            _kill_processes_of(name)
+            subprocess.run(["userdel", "--remove", name], capture_output=True)
+
+    def home(self, name: str) -> Path:
+        return self.root / "home" / name
+
+    def run_as(self, user: str, *command: str, cwd: Path | None = None, check: bool = True) -> subprocess.CompletedProcess:
+        """`command` as `user` (runuser), with the environment the Hub gives their server."""
+        env = {"HOME": str(self.home(user)), "USER": user, "LOGNAME": user, "SHELL": "/bin/sh",
+               "PATH": f"{self.venv}/bin:/usr/bin:/bin", "TFCOURSE_EXCHANGE": str(self.exchange),
+               "TFCOURSE_FAST": "1", "MPLBACKEND": "Agg", **self.extra_env}
+        done = subprocess.run(["runuser", "-u", user, "--", "env", "-i", *(f"{k}={v}" for k, v in env.items()),
+                               *command], cwd=cwd or self.home(user), capture_output=True, text=True, timeout=300)
+        if check:
+            assert done.returncode == 0, f"{user}: {' '.join(command)} failed:\n{done.stdout}\n{done.stderr[-3000:]}"
+        return done
+
+    def nbgrader(self, user: str, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+        return self.run_as(user, f"{self.venv}/bin/python", "-m", "nbgrader", *args, cwd=cwd)
+
+
+# --- the Hub ---------------------------------------------------------------------------------------
+
+class Hub:
+    def __init__(self, url: str, token: str):
+        self.url, self.token = url, token
+
+    def request(self, method: str, path: str, token: str | None = None, body=None) -> tuple[int, object]:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(self.url + path, data=data, method=method,
+                                         headers={"Authorization": f"token {token or self.token}"})
+        try:
+            with urllib.request.urlopen(request, timeout=60) as response:
+                status, text = response.status, response.read().decode()
+        except urllib.error.HTTPError as error:
+            status, text = error.code, error.read().decode(errors="replace")
+        try:
+            return status, json.loads(text) if text else None
+        except json.JSONDecodeError:
+            return status, text
+
+    def login(self, user: str, password: str) -> int:
+        """The login form, as a browser posts it: the status of the answer (302 = logged in)."""
+        jar = http.cookiejar.CookieJar()
+
+        class NoRedirect(urllib.request.HTTPRedirectHandler):
+            def redirect_request(self, *args, **kwargs):
+                return None
+
+        opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar), NoRedirect)
+        page = opener.open(self.url + "/hub/login", timeout=30).read().decode()
+        xsrf = re.search(r'name="_xsrf"\s+value="([^"]+)"', page)
+        form = {"username": user, "password": password, **({"_xsrf": xsrf.group(1)} if xsrf else {})}
+        try:
+            with opener.open(self.url + "/hub/login", data=urllib.parse.urlencode(form).encode(), timeout=30) as answer:
+                return answer.status
+        except urllib.error.HTTPError as error:
+            return error.code
+
+
+@pytest.fixture
+def classroom():
+    root = Path(tempfile.mkdtemp(prefix="tfcourse-classroom-"))
+    root.chmod(0o755)  # the users must reach the course and the exchange inside it
+    (root / "home").mkdir(mode=0o755)
+    exchange = root / "srv" / "nbgrader" / "exchange"
+    exchange.mkdir(parents=True)
+    exchange.chmod(0o1777 | stat.S_ISVTX)  # nbgrader's exchange: everyone writes, the sticky bit protects
+    for folder in (root / "srv", root / "srv" / "nbgrader"):
+        folder.chmod(0o755)
+    room = None
+    try:
+        venv, env = install_course(root)
+        room = Classroom(root, venv, env, exchange)
+        for user in (room.alice, room.bob, room.teacher):
+            room.add_user(user)
+        yield room
+    finally:
+        if room:
+            room.remove_users()
+        subprocess.run(["rm", "-rf", "--one-file-system", str(root)])  # (much faster than shutil.rmtree)
+
+
+@pytest.fixture
+def hub(classroom):
+    room = classroom
+    state = room.root / "hub"
+    state.mkdir(mode=0o700)
+    port, token = free_port(), secrets.token_hex(32)
+    # (the Hub wants an admin password of at least 32 characters)
+    room.learner_password, room.teacher_password = secrets.token_hex(8), secrets.token_hex(20)
+    config = state / "jupyterhub_config.py"
+    config.write_text(f"""
+import importlib.util
+c = get_config()
+load_subconfig({str(DEPLOY / 'jupyterhub_config.py')!r})  # the deployment's configuration, then what a test changes
+# jupyterhub-idle-culler is a dependency of a deployment, not of the tests: without it, no culler.
+if importlib.util.find_spec("jupyterhub_idle_culler") is None:
+    c.JupyterHub.services = [s for s in c.JupyterHub.services if s["name"] != "idle-culler"]
+    c.JupyterHub.load_roles = [r for r in c.JupyterHub.load_roles if r["name"] != "idle-culler"]
+c.JupyterHub.services.append({{"name": "classroom-test", "api_token": {token!r}}})
+c.JupyterHub.load_roles.append({{"name": "classroom-test", "services": ["classroom-test"],
+    "scopes": ["admin:users", "admin:servers", "tokens", "access:servers", "list:users", "read:users"]}})
+c.JupyterHub.hub_bind_url = "http://127.0.0.1:{free_port()}"
+c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{free_port()}"
+c.ConfigurableHTTPProxy.command = [{str(Path(sys.executable).parent / 'configurable-http-proxy')!r}]
+c.Spawner.environment.update({{"TFCOURSE_FAST": "1", "MPLBACKEND": "Agg", **{room.extra_env!r}}})
+""")
+    env = {**os.environ, "TFCOURSE_PREFIX": str(room.venv), "TFCOURSE_EXCHANGE": str(room.exchange),
+           "TFCOURSE_HUB_STATE": str(state), "TFCOURSE_INSTRUCTORS": room.teacher,
+           "TFCOURSE_AUTHENTICATOR": "shared-password", "TFCOURSE_LEARNER_PASSWORD": room.learner_password,
+           "TFCOURSE_INSTRUCTOR_PASSWORD": room.teacher_password, "TFCOURSE_HUB_URL": f"http://127.0.0.1:{port}",
+           "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"]}
+    log = (state / "hub.log").open("w")
+    process = subprocess.Popen([sys.executable, "-m", "jupyterhub", "-f", str(config)], cwd=state, env=env,
+                               stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    the_hub = Hub(f"http://127.0.0.1:{port}", token)
+    try:
+        deadline = time.monotonic() + 90
+        while process.poll() is None and time.monotonic() < deadline:
+            status, _ = get_when_up(f"{the_hub.url}/hub/api", timeout=2)
+            if status == 200:
+                break
+        assert process.poll() is None and status == 200, \
+            "the Hub did not come up:\n" + (state / "hub.log").read_text()[-5000:]
+        yield the_hub
+    finally:
+        for user in room.users:  # the servers and kernels, at once (a graceful stop takes 10 s or more each)
+            _kill_processes_of(user)
+        process.send_signal(signal.SIGTERM)  # the Hub, which stops its proxy
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            pass
+        try:  # the proxy and anything else it started; a server still running goes with its user
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        process.wait()
+        log.close()
+
+
+# --- the loop --------------------------------------------------------------------------------------
+
+def _answers() -> dict[str, str]:
+    source = nbformat.read(ROOT / "solutions" / LESSON / f"{LESSON}.ipynb", as_version=4)
+    return {_meta(c)["grade_id"]: _strip_markers(c.source) for c in source.cells if _meta(c).get("solution")}
+
+
+def _points() -> dict[str, float]:
+    """Each answer cell's points, from its test cell's metadata (X_impl -> X_tests)."""
+    source = nbformat.read(ROOT / "solutions" / LESSON / f"{LESSON}.ipynb", as_version=4)
+    return {_meta(c)["grade_id"].replace("_tests", "_impl"): float(_meta(c)["points"])
+            for c in source.cells if _meta(c).get("grade")}
+
+
+def _wait_until_ready(hub: Hub, user: str, timeout: float = 150) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status, model = hub.request("GET", f"/hub/api/users/{user}")
+        server = (model or {}).get("servers", {}).get("", {}) if status == 200 else {}
+        if server.get("ready"):
+            return
+        time.sleep(1)
+    raise AssertionError(f"{user}'s server did not start in {timeout:.0f} s")
+
+
+def test_two_learners_and_an_instructor_through_a_real_jupyterhub(classroom, hub):
+    room, started = classroom, time.monotonic()
+    alice, bob, teacher = room.alice, room.bob, room.teacher
+    learners = (alice, bob)
+
+    # The instructor is a hub admin from the configuration; the learners are added through the API.
+    status, created = hub.request("POST", "/hub/api/users", body={"usernames": list(learners)})
+    assert status == 201, created
+    status, users = hub.request("GET", "/hub/api/users")
+    assert {u["name"]: u["admin"] for u in users} == {alice: False, bob: False, teacher: True}
+    # The shared-password authenticator: the learners' password, the instructor's own.
+    assert hub.login(alice, room.learner_password) == 302
+    assert hub.login(alice, "not-the-password") == 403
+    assert hub.login(teacher, room.teacher_password) == 302
+
+    tokens = {}
+    for user in (*learners, teacher):
+        status, model = hub.request("POST", f"/hub/api/users/{user}/tokens", body={"note": "classroom test"})
+        assert status == 201, model
+        tokens[user] = model["token"]
+        status, _ = hub.request("POST", f"/hub/api/users/{user}/server")
+        assert status in (201, 202), _
+    for user in tokens:
+        _wait_until_ready(hub, user)
+
+    def phase(what: str) -> None:
+        print(f"[{time.monotonic() - started:5.1f} s] {what}")
+
+    def server(user: str, method: str, path: str, token_of: str | None = None, body=None):
+        return hub.request(method, f"/user/{user}/{path}", token=tokens[token_of or user], body=body)
+
+    phase("servers ready")
+    # Each server answers its own user through the proxy, and runs as that user in their home.
+    for user in tokens:
+        status, model = server(user, "GET", "api/status")
+        assert status == 200, model
+    status, _ = server(alice, "GET", "api/contents", token_of=bob)
+    assert status == 403, "a learner's token opened another learner's server"
+    # Formgrader in the instructor's server only.
+    status, listing = server(teacher, "GET", "formgrader/api/assignments")
+    assert status == 200 and isinstance(listing, list), listing
+    for learner in learners:
+        assert server(learner, "GET", "formgrader/api/assignments")[0] == 404
+    # ... and its JupyterLab menu: the page configuration disables nbgrader's Formgrader and
+    # Create Assignment plugins for learners (deploy/configure.sh), not for the instructor.
+    for user in tokens:
+        status, page = server(user, "GET", "lab")
+        config = json.loads(re.search(r'<script id="jupyter-config-data" type="application/json">(.*?)</script>',
+                                      page, re.S).group(1))
+        disabled = config["disabledExtensions"]  # a list, or {plugin: disabled?}
+        disabled = {k for k, v in disabled.items() if v} if isinstance(disabled, dict) else set(disabled)
+        hidden = {"@jupyter/nbgrader:formgrader", "@jupyter/nbgrader:create-assignment"} & disabled
+        assert status == 200 and hidden == (set() if user == teacher else {"@jupyter/nbgrader:formgrader",
+                                                                            "@jupyter/nbgrader:create-assignment"}), (user, hidden)
+
+    # The instructor: the course folder ~/tfcourse (the course's configuration and the lesson's
+    # source), then generate and release, as the instructor.
+    course = room.home(teacher) / "tfcourse"
+    (course / "solutions").mkdir(parents=True)
+    shutil.copy(ROOT / "nbgrader_config.py", course)
+    shutil.copytree(ROOT / "solutions" / LESSON, course / "solutions" / LESSON)
+    subprocess.run(["chown", "-R", f"{teacher}:", str(course)], check=True)
+    room.nbgrader(teacher, "generate_assignment", LESSON, "--force", cwd=course)
+    room.nbgrader(teacher, "release_assignment", LESSON, "--force", cwd=course)
+
+    phase("released")
+    # Each learner's Assignment List (their server, the course-wide nbgrader configuration) shows it.
+    for learner in learners:
+        status, listing = server(learner, "GET", "assignments?course_id=tfcourse")
+        assert status == 200 and listing["success"], listing
+        assert [(a["assignment_id"], a["status"]) for a in listing["value"]] == [(LESSON, "released")]
+
+    # Fetch, answer in the learner's own server, submit: each as that learner.
+    answers, unfinished = _answers(), {alice: (), bob: UNFINISHED}
+    for learner in learners:
+        room.nbgrader(learner, "fetch_assignment", LESSON)
+        status, model = server(learner, "GET", f"api/contents/{LESSON}/{LESSON}.ipynb")
+        assert status == 200, model
+        nb = nbformat.from_dict(model["content"])
+        for cell in nb.cells:
+            grade_id = _meta(cell).get("grade_id")
+            if _meta(cell).get("solution") and grade_id not in unfinished[learner]:
+                cell.source = answers[grade_id]
+        status, saved = server(learner, "PUT", f"api/contents/{LESSON}/{LESSON}.ipynb",
+                               body={"type": "notebook", "format": "json", "content": nb})
+        assert status == 200, saved
+        room.nbgrader(learner, "submit", LESSON)
+    assert (room.home(alice) / LESSON / f"{LESSON}.ipynb").stat().st_uid == room_uid(alice)
+
+    # A learner cannot find the other's submission: nbgrader's exchange lets learners write into
+    # `inbound` but not list it, and each submission's folder name ends in a random part that
+    # cannot be guessed (nbgrader leaves the files themselves world-readable: the instructor, another
+    # user, collects them). Homes are private: the other's working copy cannot be read.
+    inbound = room.exchange / "tfcourse" / "inbound"
+    (alice_submission,) = inbound.glob(f"{alice}+{LESSON}+*/{LESSON}.ipynb")
+    listing = room.run_as(bob, "ls", str(inbound), check=False)
+    assert listing.returncode != 0 and "Permission denied" in listing.stderr, listing
+    assert len(alice_submission.parent.name.rsplit("+", 1)[1]) >= 12  # the random part
+    private = room.run_as(bob, "cat", str(room.home(alice) / LESSON / f"{LESSON}.ipynb"), check=False)
+    assert private.returncode != 0 and "Permission denied" in private.stderr, private
+    # ... and the exchange's outbound copy is the released lesson, not anyone's answers.
+    assert room.run_as(bob, "ls", str(room.exchange / "tfcourse" / "outbound" / LESSON)).stdout.split() == [f"{LESSON}.ipynb"]
+
+    phase("submitted")
+    # The instructor collects, autogrades (all submissions at once: tfcourse autograde), releases feedback.
+    room.nbgrader(teacher, "collect", LESSON, cwd=course)
+    room.run_as(teacher, f"{room.venv}/bin/tfcourse", "autograde", LESSON, "--jobs", "2", cwd=course)
+    room.nbgrader(teacher, "generate_feedback", LESSON, cwd=course)
+    room.nbgrader(teacher, "release_feedback", LESSON, cwd=course)
+    room.nbgrader(teacher, "export", cwd=course)
+    with (course / "grades.csv").open() as table:
+        rows = {row["student_id"]: row for row in csv.DictReader(table)}
+    score = {learner: float(rows[learner]["score"]) for learner in learners}
+    points = _points()
+    assert score[alice] == sum(points.values()) == 15
+    assert score[bob] == sum(points.values()) - sum(points[g] for g in UNFINISHED)
+
+    phase("graded")
+    # Each learner fetches their own feedback, with their own score in it.
+    for learner in learners:
+        room.nbgrader(learner, "fetch_feedback", LESSON)
+        (report,) = (room.home(learner) / LESSON / "feedback").rglob(f"{LESSON}.html")
+        found = re.search(r"Score:\s*([\d.]+)\s*/\s*([\d.]+)", report.read_text())
+        assert found and (float(found.group(1)), float(found.group(2))) == (score[learner], 15), found
+        assert report.stat().st_uid == room_uid(learner)
+    print(f"classroom loop: {time.monotonic() - started:.0f} s after the Hub was up")
+
+
+def room_uid(user: str) -> int:
+    import pwd
+
+    return pwd.getpwnam(user).pw_uid
