@@ -8,9 +8,11 @@
 set -eu
 PREFIX=$1
 HERE=$(cd "$(dirname "$0")" && pwd)
-"$PREFIX/bin/python" -m jupyter server extension disable --sys-prefix nbgrader.server_extensions.formgrader
-"$PREFIX/bin/python" -m jupyter labextension disable --level=sys_prefix @jupyter/nbgrader:formgrader
-"$PREFIX/bin/python" -m jupyter labextension disable --level=sys_prefix @jupyter/nbgrader:create-assignment
+# PREFIX's own programs, not `python -m jupyter ...`: that runs whichever `jupyter-server` comes first
+# on PATH, and its --sys-prefix would be that other environment.
+"$PREFIX/bin/jupyter-server" extension disable --sys-prefix nbgrader.server_extensions.formgrader
+"$PREFIX/bin/jupyter-labextension" disable --level=sys_prefix @jupyter/nbgrader:formgrader
+"$PREFIX/bin/jupyter-labextension" disable --level=sys_prefix @jupyter/nbgrader:create-assignment
 mkdir -p "$PREFIX/etc/jupyter" "$PREFIX/etc/jupyter-instructor"
 cp "$HERE/nbgrader_config.py" "$PREFIX/etc/jupyter/nbgrader_config.py"
 cp -R "$HERE/instructor/." "$PREFIX/etc/jupyter-instructor/"

@@ -105,6 +105,10 @@ def _mirror(source: Path, target: Path, skip=lambda name: False) -> None:
             _link_or_copy(str(entry), str(target / entry.name))
 
 
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(path.relative_to(folder)): path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
 def install_course(root: Path) -> tuple[Path, dict[str, str]]:
     """A course environment under `root` that the users can run, made from the running virtual
     environment: its packages (read in place when others can read them, else hard-linked copies),
@@ -156,9 +160,13 @@ def install_course(root: Path) -> tuple[Path, dict[str, str]]:
     version = ".".join(map(str, sys.version_info[:3]))
     (venv / "pyvenv.cfg").write_text(f"home = {interpreter.parent}\ninclude-system-site-packages = false\n"
                                      f"version = {version}\n")
+    before = _files(source / "etc")
     done = subprocess.run(["sh", str(DEPLOY / "configure.sh"), str(venv)], capture_output=True, text=True,
                           env={**os.environ, **extra_env})
     assert done.returncode == 0, f"deploy/configure.sh failed:\n{done.stdout}\n{done.stderr}"
+    # configure.sh configures the environment it is given, never the one on PATH (here: the tests').
+    assert _files(source / "etc") == before, "deploy/configure.sh changed another environment's configuration"
+    assert (venv / "etc" / "jupyter" / "labconfig" / "page_config.json").exists()
     return venv, extra_env
 
 
