@@ -21,8 +21,8 @@ from ..attention import causal_mask, padding_mask
 from ..blocks import DecoderLayer, Encoder, EncoderLayer, LayerNorm, sublayer_connection
 from ..models import trace_shapes
 from ..course.assemble import called_like_the_lessons
-from .core import (isolated, judged_on_its_own, CheckFailed, call_learner, compare, expect_portable, expect_unchanged, learner_namespaces,
-                   off_limits, one_thread, passed)
+from .core import (isolated, judged_on_its_own, CheckFailed, build_module, call_learner, compare, expect_portable,
+                   expect_unchanged, learner_namespaces, load_reference_weights, off_limits, one_thread, passed)
 
 # torch's own LayerNorm, under every name it can be reached by: off-limits in every exercise of this lesson.
 LAYER_NORM_BUILTINS = [
@@ -92,14 +92,6 @@ def _padding(lengths: Sequence[int], length: int) -> Tensor:
     return padding_mask(ids, pad_id=0)  # (B, 1, 1, T)
 
 
-def _build(what: str, learner_cls: Any, *args: Any, **kwargs: Any) -> nn.Module:
-    module = call_learner(what, learner_cls, *args, **kwargs)
-    if not isinstance(module, nn.Module):
-        raise CheckFailed(f"{getattr(learner_cls, '__name__', learner_cls)} must be an nn.Module subclass "
-                          f"(class ...(nn.Module) with super().__init__() first)")
-    return module
-
-
 def _expect_portable(learner_cls: Any, off: Sequence[str], exercise: str, args: tuple, options: Sequence[dict],
                      inputs: Sequence[Any]) -> None:
     """After the values are right: fresh modules (one per set of keyword options, e.g. post-LN and pre-LN)
@@ -110,25 +102,7 @@ def _expect_portable(learner_cls: Any, off: Sequence[str], exercise: str, args: 
         call = f"{name}({shown})"
         # expect_portable runs the learner's code quietly (stderr would cost the test cell its points)
         with off_limits(off, exercise, learner_namespaces(learner_cls)):
-            expect_portable(call, _build(call, learner_cls, *args, **kwargs), inputs)
-
-
-def _load_reference_weights(module: nn.Module, reference: nn.Module, names_hint: str) -> None:
-    """Copy the reference's weights into the learner's module; explain a naming mismatch in one line."""
-    expected, actual = set(reference.state_dict()), set(module.state_dict())
-    missing, unexpected = sorted(expected - actual), sorted(actual - expected)
-    if missing or unexpected:
-        parts = []
-        if missing:
-            parts.append(f"missing {missing[:4]}" + (" ..." if len(missing) > 4 else ""))
-        if unexpected:
-            parts.append(f"unexpected {unexpected[:4]}" + (" ..." if len(unexpected) > 4 else ""))
-        raise CheckFailed(f"parameter names differ from the reference ({'; '.join(parts)}): {names_hint}")
-    try:
-        module.load_state_dict(reference.state_dict())
-    except RuntimeError as error:
-        first = str(error).strip().splitlines()[-1].strip()
-        raise CheckFailed(f"the reference weights do not fit your module: {first}") from None
+            expect_portable(call, build_module(call, learner_cls, *args, **kwargs), inputs)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -211,7 +185,7 @@ def check_layer_norm(learner_cls: Any, hidden: bool = False) -> None:
         kwargs = {} if eps is None else {"eps": eps}
         call = f"{getattr(learner_cls, '__name__', 'LayerNorm')}({d_model}" + (f", eps={eps})" if eps else ")")
         with off_limits(LAYER_NORM_OFF_LIMITS, "LayerNorm", learner_namespaces(learner_cls)):
-            module = _build(call, learner_cls, d_model, **kwargs)
+            module = build_module(call, learner_cls, d_model, **kwargs)
             params = dict(module.named_parameters())
             if sorted(params) != ["bias", "weight"]:
                 raise CheckFailed(f"{call} should have exactly two nn.Parameters, weight (the gain) and bias, "
@@ -223,7 +197,7 @@ def check_layer_norm(learner_cls: Any, hidden: bool = False) -> None:
             if not (torch.all(params["weight"] == 1) and torch.all(params["bias"] == 0)):
                 raise CheckFailed(f"{call}: a fresh LayerNorm should start with weight = 1 and bias = 0, "
                                   "so that at first it only normalises")
-            _load_reference_weights(module, reference, "name the gain `weight` and the shift `bias`")
+            load_reference_weights(module, reference, "name the gain `weight` and the shift `bias`")
             x_before = x.clone()
             with torch.no_grad():
                 actual = call_learner(f"{call}.forward(x) for {description}", module, x)
@@ -436,9 +410,9 @@ def _check_encoder_layer(learner_cls: Any, hidden: bool = False) -> None:
                 f"d_ff={case['d_ff']}, dropout=0.0, norm_first={nf})")
         what = f"{call} on x {shape} with {mask_text}"
         with off_limits(ENCODER_LAYER_OFF_LIMITS, "encoder layer", learner_namespaces(learner_cls)):
-            module = _build(call, learner_cls, case["d_model"], case["n_heads"], d_ff=case["d_ff"],
+            module = build_module(call, learner_cls, case["d_model"], case["n_heads"], d_ff=case["d_ff"],
                             dropout=0.0, norm_first=nf)
-            _load_reference_weights(module, reference, ENCODER_LAYER_NAMES)
+            load_reference_weights(module, reference, ENCODER_LAYER_NAMES)
             module.eval()
             x_before = x.clone()
             actual = _run_layer(what, module, x, mask)
@@ -551,9 +525,9 @@ def _check_decoder_layer(learner_cls: Any, hidden: bool = False) -> None:
         mask_text = "no memory_mask" if memory_mask is None else "a padding memory_mask"
         what = (f"{call} on x {tuple(x.shape)}, memory {tuple(memory.shape)}, causal self_mask, {mask_text}")
         with off_limits(DECODER_LAYER_OFF_LIMITS, "decoder layer", learner_namespaces(learner_cls)):
-            module = _build(call, learner_cls, case["d_model"], case["n_heads"], d_ff=case["d_ff"],
+            module = build_module(call, learner_cls, case["d_model"], case["n_heads"], d_ff=case["d_ff"],
                             dropout=0.0, norm_first=nf)
-            _load_reference_weights(module, reference, DECODER_LAYER_NAMES)
+            load_reference_weights(module, reference, DECODER_LAYER_NAMES)
             module.eval()
             before = [x.clone(), memory.clone()]
             actual = _run_layer(what, module, x, memory, self_mask, memory_mask)
@@ -622,7 +596,7 @@ def _check_encoder(learner_cls: Any, hidden: bool = False) -> None:
         mask_text = "no mask" if mask is None else "a padding mask"
         what = f"{call} on x {tuple(x.shape)} with {mask_text}"
         with off_limits(ENCODER_OFF_LIMITS, "encoder stack", learner_namespaces(learner_cls)):
-            module = _build(call, learner_cls, n_layers, case["d_model"], case["n_heads"], d_ff=case["d_ff"],
+            module = build_module(call, learner_cls, n_layers, case["d_model"], case["n_heads"], d_ff=case["d_ff"],
                             dropout=0.0, norm_first=nf)
             stack = getattr(module, "layers", None)
             if not isinstance(stack, nn.ModuleList) or len(stack) != n_layers:
@@ -635,7 +609,7 @@ def _check_encoder(learner_cls: Any, hidden: bool = False) -> None:
                                   "not [layer] * n_layers")
             hint = ("name the stack like tfcourse.blocks.Encoder: self.layers (nn.ModuleList of encoder layers) and "
                     "self.norm, a LayerNorm for pre-LN (norm_first=True) and nn.Identity() for post-LN")
-            _load_reference_weights(module, reference, hint)
+            load_reference_weights(module, reference, hint)
             module.eval()
             x_before = x.clone()
             actual = _run_layer(what, module, x, mask)

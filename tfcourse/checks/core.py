@@ -249,6 +249,33 @@ def call_learner(what: str, fn: Callable, *args: Any, **kwargs: Any) -> Any:
         raise CheckFailed(f"{what}: your code raised {type(error).__name__}: {error}") from error
 
 
+def build_module(what: str, learner_cls: Any, *args: Any, **kwargs: Any) -> nn.Module:
+    """Construct the learner's module (`what` names the call in a message); it must be an nn.Module."""
+    module = call_learner(what, learner_cls, *args, **kwargs)
+    if not isinstance(module, nn.Module):
+        raise CheckFailed(f"{getattr(learner_cls, '__name__', learner_cls)} must be an nn.Module subclass "
+                          f"(class ...(nn.Module) with super().__init__() first)")
+    return module
+
+
+def load_reference_weights(module: nn.Module, reference: nn.Module, names_hint: str) -> None:
+    """Copy the reference's weights into the learner's module; explain a naming mismatch in one line."""
+    expected, actual = set(reference.state_dict()), set(module.state_dict())
+    missing, unexpected = sorted(expected - actual), sorted(actual - expected)
+    if missing or unexpected:
+        parts = []
+        if missing:
+            parts.append(f"missing {missing[:4]}" + (" ..." if len(missing) > 4 else ""))
+        if unexpected:
+            parts.append(f"unexpected {unexpected[:4]}" + (" ..." if len(unexpected) > 4 else ""))
+        raise CheckFailed(f"parameter names differ from the reference ({'; '.join(parts)}): {names_hint}")
+    try:
+        module.load_state_dict(reference.state_dict())
+    except RuntimeError as error:
+        first = str(error).strip().splitlines()[-1].strip()
+        raise CheckFailed(f"the reference weights do not fit your module: {first}") from None
+
+
 # ----------------------------------------------------------------------------------------------
 # Device and dtype: a module that passes on the CPU must also run on a GPU
 # ----------------------------------------------------------------------------------------------

@@ -23,8 +23,9 @@ from torch import Tensor, nn
 from .. import modern
 from ..attention import KVCache, causal_mask, padding_mask, scaled_dot_product_attention
 from ..modern import GroupedQueryAttention, RMSNorm, SwiGLUFeedForward, apply_rope, swiglu_hidden_size
-from .core import (CheckFailed, call_learner, compare, expect_portable, expect_unchanged, hidden_note, isolated,
-                   judged_on_its_own, learner_namespaces, off_limits, one_thread, passed)
+from .core import (CheckFailed, build_module, call_learner, compare, expect_portable, expect_unchanged, hidden_note,
+                   isolated, judged_on_its_own, learner_namespaces, load_reference_weights, off_limits, one_thread,
+                   passed)
 
 RMS_NORM_OFF_LIMITS = ["tfcourse.modern.RMSNorm", "torch.nn.RMSNorm", "torch.nn.functional.rms_norm", "torch.rms_norm"]
 SWIGLU_OFF_LIMITS = ["tfcourse.modern.SwiGLUFeedForward", "tfcourse.modern.swiglu_hidden_size"]
@@ -35,28 +36,6 @@ GQA_LAYER_OFF_LIMITS = ["tfcourse.modern.GroupedQueryAttention", *ATTENTION_BUIL
 
 ATOL, RTOL = 1e-5, 1e-4
 ROPE_ATOL = 1e-4  # angles up to ~100 radians in float32: another (right) way to compute them differs by ~1e-5
-
-
-def _build(what: str, learner_cls: Any, *args: Any) -> nn.Module:
-    module = call_learner(what, learner_cls, *args)
-    if not isinstance(module, nn.Module):
-        raise CheckFailed(f"{getattr(learner_cls, '__name__', learner_cls)} must be an nn.Module subclass "
-                          "(class ...(nn.Module) with super().__init__() first)")
-    return module
-
-
-def _load(module: nn.Module, reference: nn.Module, hint: str) -> None:
-    """The reference's weights into the learner's module; a naming mismatch explained in one line."""
-    expected, actual = set(reference.state_dict()), set(module.state_dict())
-    if expected != actual:
-        missing, unexpected = sorted(expected - actual), sorted(actual - expected)
-        parts = ([f"missing {missing}"] if missing else []) + ([f"unexpected {unexpected}"] if unexpected else [])
-        raise CheckFailed(f"parameter names differ from the reference ({'; '.join(parts)}): {hint}")
-    try:
-        module.load_state_dict(reference.state_dict())
-    except RuntimeError as error:
-        raise CheckFailed(f"the reference weights do not fit your module: "
-                          f"{str(error).strip().splitlines()[-1].strip()}") from None
 
 
 def _run(what: str, module: nn.Module, *inputs: Any) -> Any:
@@ -134,7 +113,7 @@ def check_rms_norm(learner_cls: Any, hidden: bool = False) -> None:
         args = (d_model,) if eps is None else (d_model, eps)
         call = f"{name}({d_model}" + (f", eps={eps})" if eps is not None else ")")
         with off_limits(RMS_NORM_OFF_LIMITS, "RMSNorm", learner_namespaces(learner_cls)):
-            module = _build(call, learner_cls, *args)
+            module = build_module(call, learner_cls, *args)
             params = dict(module.named_parameters())
             if "bias" in params:
                 raise CheckFailed(f"{call} has a bias: RMSNorm has only the gain `weight` (it neither centres nor shifts)")
@@ -144,11 +123,11 @@ def check_rms_norm(learner_cls: Any, hidden: bool = False) -> None:
             if not torch.all(params["weight"] == 1):
                 raise CheckFailed(f"{call}: a fresh RMSNorm should start with weight = 1, so that at first it only "
                                   "rescales")
-            _load(module, reference, "name the gain `weight`")
+            load_reference_weights(module, reference, "name the gain `weight`")
             actual = _run(f"{call}.forward(x) for {description}", module.eval(), x)
         compare(actual, expected, f"RMSNorm on {description}", mistakes, atol=ATOL, rtol=RTOL)
     with off_limits(RMS_NORM_OFF_LIMITS, "RMSNorm", learner_namespaces(learner_cls)):
-        expect_portable(f"{name}(8)", _build(f"{name}(8)", learner_cls, 8), [torch.randn(2, 3, 8)])
+        expect_portable(f"{name}(8)", build_module(f"{name}(8)", learner_cls, 8), [torch.randn(2, 3, 8)])
     passed(f"RMSNorm matches the reference on {len(cases)} inputs" + hidden_note(hidden))
 
 
@@ -200,7 +179,7 @@ def check_swiglu(learner_cls: Any, hidden: bool = False) -> None:
         args = (d_model,) if d_ff is None else (d_model, d_ff)
         call = f"{name}{args}".replace(",)", ")")
         with off_limits(SWIGLU_OFF_LIMITS, "SwiGLU feed-forward network", learner_namespaces(learner_cls)):
-            module = _build(call, learner_cls, *args)
+            module = build_module(call, learner_cls, *args)
             names = sorted(n for n, _ in module.named_parameters())
             if any(n.endswith("bias") for n in names):
                 raise CheckFailed(f"{call} has biases {[n for n in names if n.endswith('bias')]}: SwiGLU, as in LLaMA, "
@@ -215,12 +194,12 @@ def check_swiglu(learner_cls: Any, hidden: bool = False) -> None:
                                   + (f"d_ff = {d_ff}" if d_ff is not None else
                                      f"the default d_ff = {default} (2/3 of the ReLU FFN's 4 d_model: three "
                                      "matrices instead of two, the same number of parameters)"))
-            _load(module, reference, "name the three layers w_gate, w_up and w_down")
+            load_reference_weights(module, reference, "name the three layers w_gate, w_up and w_down")
             actual = _run(f"forward(x) of {call} for x of shape {tuple(x.shape)}", module.eval(), x)
         compare(actual, expected, f"SwiGLU output of {call} for x of shape {tuple(x.shape)}", mistakes,
                 atol=ATOL, rtol=RTOL)
     with off_limits(SWIGLU_OFF_LIMITS, "SwiGLU feed-forward network", learner_namespaces(learner_cls)):
-        expect_portable(f"{name}(12)", _build(f"{name}(12)", learner_cls, 12), [torch.randn(2, 5, 12)])
+        expect_portable(f"{name}(12)", build_module(f"{name}(12)", learner_cls, 12), [torch.randn(2, 5, 12)])
     d = 384
     passed(f"SwiGLUFeedForward matches the reference on {len(cases)} shapes; at d_model = {d} its default width "
            f"{swiglu_hidden_size(d)} holds 3 x {d} x {swiglu_hidden_size(d)} = {3 * d * swiglu_hidden_size(d):,} "
@@ -510,8 +489,8 @@ def _check_gqa_attention(learner_cls: Any, hidden: bool = False) -> None:
                 rest_mistakes = _cached_mistakes(reference, x, prefix, mistakes)
         call = f"{name}({d_model}, {n_heads}, {n_kv})"
         with off_limits(GQA_LAYER_OFF_LIMITS, "grouped-query attention layer", learner_namespaces(learner_cls)):
-            module = _build(call, learner_cls, d_model, n_heads, n_kv)
-            _load(module, reference, LAYER_NAMES)
+            module = build_module(call, learner_cls, d_model, n_heads, n_kv)
+            load_reference_weights(module, reference, LAYER_NAMES)
             module.eval()
             what = f"{call} on x {tuple(x.shape)} with a causal mask"
             compare(_run(what, module, x, mask), expected, what, mistakes, atol=ATOL, rtol=RTOL)
@@ -531,7 +510,7 @@ def _check_gqa_attention(learner_cls: Any, hidden: bool = False) -> None:
                               "cache k and v *before* repeating them for the query heads, that is GQA's memory saving")
         compare(actual, expected[:, prefix:], rest, rest_mistakes, atol=ATOL, rtol=RTOL)
     with off_limits(GQA_LAYER_OFF_LIMITS, "grouped-query attention layer", learner_namespaces(learner_cls)):
-        expect_portable(f"{name}(16, 4, 2)", _build(f"{name}(16, 4, 2)", learner_cls, 16, 4, 2),
+        expect_portable(f"{name}(16, 4, 2)", build_module(f"{name}(16, 4, 2)", learner_cls, 16, 4, 2),
                         [torch.randn(2, 5, 16), causal_mask(5)])
     passed(f"{name} matches the reference on {len(cases)} layers, with and without the KV cache, which keeps "
            "only the n_kv_heads heads" + hidden_note(hidden))
