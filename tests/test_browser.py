@@ -14,7 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
-import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -78,16 +78,34 @@ def course(tmp_path_factory) -> Path:
     return course
 
 
+# The kernels of the test's server draw figures inline, whatever MPLBACKEND the environment exports
+# (.ci/run and conftest.py export Agg): %matplotlib inline at kernel start overrides the variable.
+KERNEL_CONFIG = 'c.IPKernelApp.matplotlib = "inline"\n'
+
+
 @pytest.fixture(scope="module")
-def lab(course) -> Iterator[str]:
-    """JupyterLab serving the course, as `make lab` starts it; yields its base URL."""
+def lab(course, tmp_path_factory) -> Iterator[str]:
+    """JupyterLab serving the course, as `make lab` starts it; yields its base URL.
+
+    Its Jupyter and IPython folders are fresh (no saved workspace, user setting or startup file of
+    this machine's user can change what the tests see, and the tests leave nothing in that home);
+    the environment's own configuration (the course's switches in jupyter-config/) still applies.
+    `expose_app_in_browser` gives the tests `window.jupyterapp`, to wait for JupyterLab's own states
+    (restored, kernel ready, cells run) instead of for time.
+    """
+    home = tmp_path_factory.mktemp("jupyter-home")
+    ipython = home / "ipython"
+    (ipython / "profile_default").mkdir(parents=True)
+    (ipython / "profile_default" / "ipython_kernel_config.py").write_text(KERNEL_CONFIG)
     port = free_port()
-    env = {**os.environ, "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"]}
-    env.pop("MPLBACKEND", None)  # the tests' off-screen backend: the kernel must show figures inline
+    env = {**os.environ, "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"],
+           "JUPYTER_CONFIG_DIR": str(home / "config"), "JUPYTER_DATA_DIR": str(home / "data"),
+           "JUPYTER_RUNTIME_DIR": str(home / "runtime"), "JUPYTERLAB_WORKSPACES_DIR": str(home / "workspaces"),
+           "JUPYTERLAB_SETTINGS_DIR": str(home / "settings"), "IPYTHONDIR": str(ipython)}
     server = subprocess.Popen(
         [sys.executable, "-m", "jupyter", "lab", "--no-browser", f"--port={port}", "--ip=127.0.0.1",
          f"--IdentityProvider.token={TOKEN}", "--allow-root", f"--ServerApp.root_dir={course}",
-         "--LabApp.news_url=None",
+         "--LabApp.news_url=None", "--LabApp.expose_app_in_browser=True",
          # What installing the course switches on (jupyter-config/): lessons open unmodified.
          '--ServerApp.jpserver_extensions={"tfcourse.course.lab": True}'],
         cwd=course, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -100,44 +118,125 @@ def lab(course) -> Iterator[str]:
         server.wait(timeout=30)
 
 
+# Every JupyterLab dialog a page opens, with its text: a test that fails on one says which it was.
+RECORD_DIALOGS = """
+window.tfcourseDialogs = [];
+new MutationObserver(() => {
+  for (const dialog of document.querySelectorAll('.jp-Dialog')) {
+    if (!dialog.tfcourseSeen) {
+      dialog.tfcourseSeen = true;
+      window.tfcourseDialogs.push(dialog.innerText.replace(/\\s+/g, ' ').slice(0, 300));
+    }
+  }
+}).observe(document, {childList: true, subtree: true});
+"""
+
+
 @pytest.fixture(scope="module")
-def browser() -> Iterator:
+def browser_context() -> Iterator:
+    """One headless Chromium and one context for the module: the pages share its HTTP cache, so
+    JupyterLab's scripts are fetched once (each test still opens its own workspace)."""
     executable = _chromium()
     if executable is None:
         pytest.skip("no Chromium: install it (Debian/Ubuntu: apt-get install chromium) or set TFCOURSE_CHROMIUM")
     sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright (the `test` extra)")
     with sync_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=executable, args=["--no-sandbox"])
-        yield browser
+        context = browser.new_context(viewport={"width": 1200, "height": 700})
+        context.add_init_script(RECORD_DIALOGS)
+        yield context
+        context.close()
         browser.close()
 
 
 @pytest.fixture
-def page(browser, request, tmp_path) -> Iterator:
-    page = browser.new_page(viewport={"width": 1200, "height": 700})
+def page(browser_context, lab, request, tmp_path) -> Iterator:
+    page = browser_context.new_page()
     yield page
     folder = Path(os.environ.get("TFCOURSE_SCREENSHOTS", tmp_path))
     folder.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(folder / f"{request.node.name}.png"))  # failing or not: look at it
+    print("dialogs this page opened:", _dialogs_seen(page))  # shown when the test fails
     page.close()
+    _shut_down_kernels(lab)
+
+
+def _api(base: str, method: str, path: str):
+    request = urllib.request.Request(f"{base}/api/{path}", method=method,
+                                     headers={"Authorization": f"token {TOKEN}"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        body = response.read()
+    return json.loads(body) if body else None
+
+
+def _shut_down_kernels(base: str) -> None:
+    """What a test started ends with it: the next test's kernel does not share the CPU with idle ones."""
+    for session in _api(base, "GET", "sessions"):
+        _api(base, "DELETE", f"sessions/{session['id']}")
+
+
+def _dialogs_seen(page) -> list[str]:
+    try:
+        return page.evaluate("window.tfcourseDialogs || []")
+    except Exception:  # noqa: BLE001 - the page is gone: nothing to report
+        return []
+
+
+def _expect_no_dialog(page) -> None:
+    """Fail, naming it, if a dialog covers the page (it would take the next click)."""
+    open_dialogs = page.locator(".jp-Dialog")
+    if open_dialogs.count():
+        raise AssertionError(f"a JupyterLab dialog is open: {' | '.join(open_dialogs.all_inner_texts())!r}")
+
+
+def _open_lab(page, url: str) -> None:
+    """Go to a JupyterLab page and wait until JupyterLab has restored its workspace: until then its
+    splash screen covers the page, and after 12 s it asks, in a dialog, whether to clear the workspace."""
+    page.goto(url)
+    page.wait_for_function("window.jupyterapp !== undefined", timeout=60_000)
+    page.evaluate("async () => { await window.jupyterapp.restored; }")
+    page.wait_for_selector("#jupyterlab-splash", state="detached", timeout=60_000)
+
+
+# The notebook panel showing `path`, once JupyterLab has opened it.
+FIND_PANEL = "(path) => [...window.jupyterapp.shell.widgets('main')].find(w => w.context && w.context.path === path)"
+KERNEL_READY = f"""async (path) => {{
+  const panel = ({FIND_PANEL})(path);
+  await panel.context.ready;
+  await panel.sessionContext.ready;
+  const kernel = panel.sessionContext.session.kernel;
+  await kernel.info;  // the kernel answered; JupyterLab's own handlers of it ran before ours
+  await kernel.spec;
+  await new Promise(resolve => requestAnimationFrame(resolve));
+}}"""
+# Every code cell has run (a cell queued by Run All is 'running' until its reply; the cells after a
+# failing one are cancelled, back to 'idle' with no count) and the kernel is idle.
+ALL_RAN = f"""(path) => {{
+  const panel = ({FIND_PANEL})(path);
+  const cells = panel.content.widgets.filter(cell => cell.model.type === 'code');
+  return cells.every(cell => cell.model.executionState === 'idle')
+      && cells.some(cell => cell.model.executionCount !== null)
+      && panel.sessionContext.session.kernel.status === 'idle';
+}}"""
+
+
+def _open_notebook(page, base: str, path: str) -> None:
+    """Open the notebook in a fresh workspace (only it open) and wait until its kernel is ready: a run
+    asked for before is dropped, or makes JupyterLab ask which kernel to start."""
+    workspace = Path(path).stem
+    _open_lab(page, f"{base}/lab/workspaces/{workspace}/tree/{path}?reset&token={TOKEN}")
+    page.wait_for_function(f"({FIND_PANEL})({json.dumps(path)}) !== undefined", timeout=60_000)
+    page.evaluate(KERNEL_READY, path)
+    _expect_no_dialog(page)
 
 
 def _run_all_cells(page, base: str, path: str) -> None:
-    """Open the notebook and Run → Run All Cells, again until the kernel takes it (a run asked for
-    before the kernel is connected is dropped)."""
-    workspace = Path(path).stem  # a fresh workspace: only this notebook open
-    page.goto(f"{base}/lab/workspaces/{workspace}/tree/{path}?reset&token={TOKEN}")
-    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
-    for _ in range(12):
-        page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
-        page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
-        try:
-            page.wait_for_function("[...document.querySelectorAll('.jp-InputPrompt')]"
-                                   ".some(p => /\\[(\\*|\\d+)\\]/.test(p.innerText))", timeout=10_000)
-            return
-        except Exception:  # noqa: BLE001 - not started yet: ask again
-            page.keyboard.press("Escape")
-    raise AssertionError(f"the cells of {path} never ran")
+    """Open the notebook, Run → Run All Cells, and wait until every cell has run."""
+    _open_notebook(page, base, path)
+    page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
+    page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+    page.wait_for_function(ALL_RAN, arg=path, timeout=120_000)
+    _expect_no_dialog(page)
 
 
 def _outputs(page) -> list[str]:
@@ -145,7 +244,7 @@ def _outputs(page) -> list[str]:
 
 
 def test_the_lessons_are_listed(page, lab):
-    page.goto(f"{lab}/lab/tree/notebooks?token={TOKEN}")
+    _open_lab(page, f"{lab}/lab/workspaces/listing/tree/notebooks?reset&token={TOKEN}")
     page.wait_for_selector(".jp-DirListing-item", timeout=60_000)
     names = page.locator(".jp-DirListing-itemName").all_inner_texts()
     assert {"01_tokenization", "03_attention", "08_training"} <= {n.strip() for n in names}, names
@@ -153,7 +252,6 @@ def test_the_lessons_are_listed(page, lab):
 
 def test_a_failed_check_shows_one_line(page, lab):
     _run_all_cells(page, lab, "notebooks/demo/wrong.ipynb")
-    page.wait_for_function("document.body.innerText.includes('✘')", timeout=90_000)
     (failure,) = [text for text in _outputs(page) if "✘" in text]
     assert "without the 1/√d_k scaling" in failure
     assert len(failure.strip().splitlines()) == 1 and "Traceback" not in failure and "checks/" not in failure
@@ -162,7 +260,6 @@ def test_a_failed_check_shows_one_line(page, lab):
 
 def test_a_passed_check_shows_its_tick_line(page, lab):
     _run_all_cells(page, lab, "notebooks/demo/right.ipynb")
-    page.wait_for_function("document.body.innerText.includes('✔')", timeout=90_000)
     (success,) = [text for text in _outputs(page) if "✔" in text]
     assert "scaled_dot_product_attention" in success or "attention" in success
 
@@ -174,44 +271,49 @@ def test_formgrader_lists_the_lessons(page, lab):
     assert "04_ffn" in text and "09_translation" in text
 
 
+# nbgrader's Assignment List: each of its three lists shows "Loading, please wait..." until the
+# server answers, then its items, its placeholder or its error.
+LISTS_LOADED = """() => {
+  const loading = [...document.querySelectorAll('.list_loading')];
+  return loading.length === 3 && loading.every(element => element.hidden);
+}"""
+
+
 def test_the_assignment_list_loads_without_an_error(page, lab):
-    page.goto(f"{lab}/lab?token={TOKEN}")
-    page.wait_for_selector("text=Nbgrader", timeout=60_000)
-    page.click("text=Nbgrader")
-    page.click("text=Assignment List")
-    page.wait_for_selector("text=Released assignments", timeout=60_000)
-    time.sleep(2)  # the lists load after the panel appears
+    _open_lab(page, f"{lab}/lab/workspaces/assignment-list?reset&token={TOKEN}")
+    _expect_no_dialog(page)
+    page.locator(".lm-MenuBar-itemLabel", has_text="Nbgrader").click()
+    page.locator(".lm-Menu-itemLabel", has_text="Assignment List").click()
+    page.wait_for_function(LISTS_LOADED, timeout=60_000)
     text = page.inner_text("body")
+    assert "Released assignments" in text
     assert "Error fetching courses" not in text and "does not exist" not in text, text[-1500:]
 
 
 def test_a_plot_of_chinese_tokens_draws_the_characters(page, lab):
     _run_all_cells(page, lab, "notebooks/demo/chinese.ipynb")
-    page.wait_for_function("[...document.querySelectorAll('.jp-OutputArea-output')]"
-                           ".some(o => o.innerText.includes('labels:'))", timeout=90_000)
     (labels,) = [text for text in _outputs(page) if "labels:" in text]
     assert labels.split() == ["labels:", "狗", "追", "猫"], labels  # not U+72D7 ...: a font has the glyphs
+    # The figure is a display message of its own, sent after the cell's code (and its print) ended.
     assert page.locator(".jp-OutputArea-output img").count() == 1
     assert "Glyph" not in " ".join(_outputs(page))
 
 
 @pytest.mark.parametrize("lesson", ["01_tokenization", "02_embeddings"])
 def test_a_lesson_opens_unmodified(page, lab, lesson):
-    page.goto(f"{lab}/lab/workspaces/{lesson}/tree/notebooks/{lesson}/{lesson}.ipynb?reset&token={TOKEN}")
-    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
-    # The kernel connects (and JupyterLab writes its language_info) within a few seconds.
-    page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=60_000)
-    time.sleep(3)
+    path = f"notebooks/{lesson}/{lesson}.ipynb"
+    _open_notebook(page, lab, path)  # the kernel has answered: JupyterLab wrote what it writes then
+    assert page.evaluate(f"(path) => ({FIND_PANEL})(path).context.model.dirty", path) is False, \
+        "the notebook is marked modified"
     tab = page.locator(".lm-TabBar-tab.lm-mod-current", has_text=lesson)
-    assert "jp-mod-dirty" not in (tab.get_attribute("class") or ""), "the notebook is marked modified"
+    assert "jp-mod-dirty" not in (tab.get_attribute("class") or "")
     # The course's JupyterLab settings (make installs them): no "Jupyter news?" question either.
     assert page.get_by_text("official Jupyter news").count() == 0
 
 
 def test_validate_reports_the_unfinished_exercises(page, lab):
     lesson = "04_ffn"
-    page.goto(f"{lab}/lab/workspaces/{lesson}/tree/notebooks/{lesson}/{lesson}.ipynb?reset&token={TOKEN}")
-    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
+    _open_notebook(page, lab, f"notebooks/{lesson}/{lesson}.ipynb")
     page.locator(".jp-Toolbar").get_by_text("Validate", exact=True).click()
     dialog = page.locator(".jp-Dialog")
     dialog.wait_for(timeout=120_000)
