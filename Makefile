@@ -35,9 +35,11 @@ ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 lab: $(STAMP)  ## set up, then open the course in JupyterLab
 	$(BIN)/jupyter lab $(ALLOW_ROOT) --ServerApp.root_dir=$(CURDIR) --LabApp.default_url=/lab/tree/notebooks
 
-# The tests spread over pytest-xdist workers, one per core (at most 4); a lesson's notebook cells
-# stay on one worker. TEST_JOBS=0 runs everything in this process.
-TEST_JOBS ?= auto
+# The tests spread over pytest-xdist workers, one per CPU this process may use (at most 4); a
+# lesson's notebook cells stay on one worker. TEST_JOBS=0 runs everything in this process.
+# (Not xdist's `auto`: it counts physical cores, and a machine whose two CPUs are one core's two
+# hardware threads would get a single worker and take twice as long.)
+TEST_JOBS ?= $(shell $(PYTHON) -c "import os; n = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count(); print(min(4, n or 1))")
 XDIST := -n $(TEST_JOBS) --maxprocesses=4 --dist loadfile
 
 test: $(STAMP)  ## set up, then run the whole test suite (solution notebooks under nbval included)

@@ -39,6 +39,9 @@ c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedE
 # longest cell is a short training run; 120 s per cell leaves room on a slow machine.
 c.Execute.timeout = 120
 c.Execute.interrupt_on_timeout = True
+# A grading kernel has nothing to save: stop it at once when the notebook is done (a graceful
+# shutdown waits about a second per submission for the kernel to exit by itself).
+c.Execute.shutdown_kernel = "immediate"
 
 # Fair, tamper-evident autograding (tfcourse/course/autograde.py): stderr never decides a grade,
 # an integrity report lists assignments into tfcourse/torch/sys/builtins, and each grading kernel

@@ -104,6 +104,25 @@ def test_the_grading_kernel_memory_limit_is_configurable(monkeypatch):
     assert log_level == "--IPKernelApp.log_level=ERROR"
 
 
+
+def test_the_course_configuration_loads_without_torch_and_stops_grading_kernels_at_once():
+    """nbgrader reads nbgrader_config.py at every command (fetch, submit, list, ...): loading it must
+    not import torch (a second of start-up each). A grading kernel has nothing to save, so nbgrader
+    stops it at once instead of waiting for it to exit."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent("""
+        import sys
+        from traitlets.config.loader import PyFileConfigLoader
+        config = PyFileConfigLoader("nbgrader_config.py", ".").load_config()
+        print(config.Execute.shutdown_kernel, "torch" in sys.modules)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["immediate", "False"]
+
 # ----------------------------------------------------------------------------------------------
 # tfcourse grade: nbgrader in this process, the generated lesson cached by content hash
 # ----------------------------------------------------------------------------------------------

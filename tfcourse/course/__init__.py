@@ -17,7 +17,29 @@ The model (tfcourse/<stage>.py) and data + training (tfcourse/data/, tfcourse/tr
 import from here, so they work without Jupyter or nbgrader installed.
 """
 
-from .lesson import data_flow_map, fast_mode, setup
-from .notebook_import import NotebookImportError, import_from_notebook
+from importlib import import_module
 
-__all__ = ["setup", "fast_mode", "data_flow_map", "import_from_notebook", "NotebookImportError"]
+# What a lesson imports from here, and the module each lives in. They are loaded on first use, so
+# that nbgrader, which reads nbgrader_config.py (and through it course.autograde) at every command,
+# does not import torch for a `fetch_assignment` or a `submit`.
+_EXPORTS = {
+    "setup": "lesson",
+    "fast_mode": "lesson",
+    "data_flow_map": "lesson",
+    "import_from_notebook": "notebook_import",
+    "NotebookImportError": "notebook_import",
+}
+
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(f".{_EXPORTS[name]}", __name__), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
