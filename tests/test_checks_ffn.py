@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
+import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -21,6 +24,8 @@ from tfcourse.checks.ffn import (
 )
 from tfcourse.ffn import WORKED_STEPS, PositionwiseFeedForward
 from check_helpers import assert_passes
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -133,6 +138,21 @@ class CPUTensorInForward(FeedForward):
         return super().forward(x) * torch.ones(x.shape[-1])  # made on the CPU, whatever x's device
 
 
+SCALE = torch.ones(8)  # a module-level tensor: it stays on the CPU whatever device the module is on
+
+
+class GlobalTensorInForward(FeedForward):
+    def forward(self, x):
+        return super().forward(x) * SCALE[: x.shape[-1]]  # no constructor in forward: brought in
+
+
+class NumpyTensorInForward(FeedForward):
+    def forward(self, x):
+        import numpy as np
+
+        return super().forward(x) * torch.from_numpy(np.ones(x.shape[-1], dtype=np.float32))  # on the CPU
+
+
 class Float32Inside(FeedForward):
     def forward(self, x):
         return super().forward(x).float()
@@ -164,11 +184,32 @@ def test_feed_forward_a_print_to_stderr_stays_quiet(capfd):
 @pytest.mark.parametrize("learner, message", [
     (PlainTensorAttribute, r"self\.scale is a plain tensor attribute.*register_buffer\('scale', tensor\)"),
     (CPUTensorInForward, "your forward creates a tensor on the CPU"),
+    (GlobalTensorInForward, "your forward creates a tensor on the CPU"),
+    (NumpyTensorInForward, "your forward creates a tensor on the CPU"),
     (Float32Inside, r"after \.to\(torch\.float64\) with float64 input your output is torch\.float32"),
 ])
 def test_feed_forward_must_run_on_any_device(learner, message):
     with pytest.raises(CheckFailed, match=message):
         check_feed_forward(learner)
+
+
+def test_a_forward_of_its_own_tensors_only_is_not_run_on_the_meta_device():
+    """A forward that only computes with its inputs, parameters and buffers cannot mix devices: the
+    check proves it on the CPU and skips the meta-device run, whose first operation imports
+    torch._dynamo (a second of a learner's first check). One that makes a tensor is run there."""
+    script = textwrap.dedent("""
+        import sys, torch
+        sys.path.insert(0, "tests")
+        from test_checks_ffn import BufferAttribute, FeedForward
+        from tfcourse.checks.ffn import check_feed_forward
+        check_feed_forward(FeedForward)
+        print("plain forward:", "torch._dynamo" in sys.modules)
+        check_feed_forward(BufferAttribute)  # torch.ones(..., device=x.device): tried on the meta device
+        print("forward with a constructor:", "torch._dynamo" in sys.modules)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "plain forward: False" in done.stdout and "forward with a constructor: True" in done.stdout
 
 
 def test_feed_forward_default_d_ff_is_a_hidden_case():

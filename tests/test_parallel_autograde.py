@@ -28,7 +28,7 @@ pytestmark = pytest.mark.slow  # runs nbgrader and notebooks: `make test-fast` l
 ROOT = Path(__file__).resolve().parents[1]
 LESSON = "04_ffn"
 UNFINISHED = ("collapse_impl", "backward_impl")  # what the partial learner leaves undone
-HANG_AFTER = 45  # seconds one submission may take in the parallel run (a normal one takes about 10)
+HANG_AFTER = 30  # seconds one submission may take in the parallel run (a normal one takes about 5)
 
 
 def _run(course: Path, *args: str) -> subprocess.CompletedProcess:

@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+from torch.overrides import TorchFunctionMode
 
 
 class CheckFailed(AssertionError):
@@ -297,11 +298,62 @@ def _to(value: Any, **kwargs: Any) -> Any:
     return value.to(kwargs["device"]) if isinstance(value, Tensor) and "device" in kwargs else value
 
 
+def _tensors_in(value: Any) -> Iterator[Tensor]:
+    """The tensors in a value, looking into lists, tuples and dicts."""
+    if isinstance(value, Tensor):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _tensors_in(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _tensors_in(item)
+
+
+def _tensor_constructors() -> frozenset:
+    """torch.ones, torch.arange, torch.tensor, ...: what `with torch.device(...)` redirects."""
+    try:
+        from torch.utils._device import _device_constructors
+    except ImportError:  # (a torch without it: every forward is then tried on the meta device)
+        return frozenset()
+    return frozenset(_device_constructors())
+
+
+class _DeviceScreen(TorchFunctionMode):
+    """Watches the learner's forward on the CPU for the two ways a tensor gets onto the CPU when the
+    module and its inputs are on a GPU: a tensor constructor (torch.ones, torch.arange, torch.tensor,
+    ...; with or without device=, which on the CPU cannot tell x.device from "cpu"), or a tensor the
+    forward did not get from its inputs, parameters, buffers or its own operations (a global, a
+    torch.from_numpy, ...). Zero-dimensional tensors do not count: a CPU scalar mixes with any device.
+    A forward with neither cannot mix devices, and needs no run on the meta device (whose first
+    operation imports torch._dynamo: a second of the first check)."""
+
+    constructors = _tensor_constructors()
+
+    def __init__(self, known: Iterator[Tensor]):
+        super().__init__()
+        self._seen = list(known)  # kept alive, so that an id is never reused during the forward
+        self._ids = {id(t) for t in self._seen}
+        self.may_mix_devices = not self.constructors
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if not self.may_mix_devices:
+            foreign = (t for t in _tensors_in((args, kwargs)) if t.dim() > 0 and id(t) not in self._ids)
+            self.may_mix_devices = func in self.constructors or next(foreign, None) is not None
+        result = func(*args, **kwargs)
+        for tensor in _tensors_in(result):
+            self._seen.append(tensor)
+            self._ids.add(id(tensor))
+        return result
+
+
 def expect_portable(what: str, module: nn.Module, inputs: Sequence[Any]) -> None:
     """The learner's module works on any device and dtype, as a GPU run needs: `.to()` moves every
     tensor it holds, its forward creates no tensor on the CPU, and its output follows the input's
-    dtype. Tested on the CPU: `.to(torch.float64)`, and `.to("meta")` (a device with no data, where
-    mixing in a CPU tensor raises). `module` is a fresh instance; it is moved, so do not reuse it."""
+    dtype. Tested on the CPU: `.to(torch.float64)`, and, when the forward makes or brings in a tensor
+    of its own (_DeviceScreen), `.to("meta")` (a device with no data, where mixing in a CPU tensor
+    raises). `module` is a fresh instance; it is moved, so do not reuse it."""
     stray = unregistered_tensors(module)
     if stray:
         raise CheckFailed(
@@ -309,13 +361,22 @@ def expect_portable(what: str, module: nn.Module, inputs: Sequence[Any]) -> None
             f"register it with self.register_buffer({stray[0].rpartition('.')[2]!r}, tensor), or make it an nn.Parameter"
         )
     module.eval()
+    module = module.to(torch.float64)
+    inputs64 = [_to(x, dtype=torch.float64) for x in inputs]
+    screen = _DeviceScreen([*module.parameters(), *module.buffers(), *_tensors_in(inputs64)])
+
+    def screened_forward(*args: Any) -> Any:
+        with screen:
+            return module(*args)
+
     with torch.no_grad():
-        output = call_learner(f"{what} in float64", module.to(torch.float64),
-                              *[_to(x, dtype=torch.float64) for x in inputs])
+        output = call_learner(f"{what} in float64", screened_forward, *inputs64)
         out = output[0] if isinstance(output, tuple) else output
         if isinstance(out, Tensor) and out.is_floating_point() and out.dtype != torch.float64:
             raise CheckFailed(f"{what}: after .to(torch.float64) with float64 input your output is {out.dtype}; "
                               "let the dtype follow the input (no .float() or dtype=torch.float32 inside forward)")
+        if not screen.may_mix_devices:
+            return
         try:
             # Not through call_learner: only a device mismatch is news here. Warnings and stderr stay
             # out of the cell (nbgrader scores a cell with stderr 0).
