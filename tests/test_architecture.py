@@ -57,6 +57,13 @@ def test_model_and_data_modules_do_not_import_the_course_machinery(path):
         assert name.split(".")[0] not in COURSE_PACKAGES, f"{_dotted(path)} line {line} imports {name}"
 
 
+@pytest.mark.parametrize("path", sorted((PACKAGE / "checks").glob("*.py")), ids=lambda p: _dotted(p))
+def test_the_checks_do_not_import_the_course(path):
+    """Layers import one way: the course (grading, assemble) uses the checks, never the reverse."""
+    for line, name in _imported_names(path):
+        assert not name.startswith("tfcourse.course"), f"{_dotted(path)} line {line} imports {name}"
+
+
 def test_the_model_trains_without_jupyter_or_nbgrader_installed():
     """Import every model, data and training module, and train two steps, with the course's
     packages made unimportable."""
@@ -86,9 +93,9 @@ def test_the_model_trains_without_jupyter_or_nbgrader_installed():
 def test_no_reference_code_hides_in_checks():
     """Checks compare with references; they do not define them. A public function in checks/ is a
     check (check_*), an assertion (expect_*), a catalogue of wrong answers (*_mistakes), or a helper
-    of core.py."""
+    of core.py (the runner) or adapters.py (the seam between the lessons' conventions and the reference's)."""
     for path in (PACKAGE / "checks").glob("*.py"):
-        if path.name in ("core.py", "__init__.py"):
+        if path.name in ("core.py", "adapters.py", "__init__.py"):
             continue
         for node in ast.parse(path.read_text()).body:
             if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and not node.name.startswith("_"):

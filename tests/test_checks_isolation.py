@@ -139,7 +139,7 @@ def test_a_layer_is_graded_on_its_own_when_an_earlier_exercise_is_wrong(capsys):
     learner = _learner_module(LEARNER_LESSON_05.replace("ORDER", "self.norm_first"), "_learner_05_right")
     check_encoder_layer(learner.EncoderLayer)  # passes: the composition is right
     out = capsys.readouterr().out
-    assert "right with the reference LayerNorm in place — fix exercise 1 (LayerNorm) first: with yours it fails" in out
+    assert "right with the reference LayerNorm in place — fix Exercise 1 (LayerNorm) first: with yours it fails" in out
 
 
 def test_a_wrong_composition_still_fails_with_the_reference_parts():

@@ -353,8 +353,15 @@ def test_gqa_layer_may_cache_keys_before_rope(capfd):
 def test_gqa_layer_is_judged_with_the_reference_parts_in_place(capfd):
     check_gqa_attention(layer(apply_rope=make_rope(sign=-1.0), grouped_query_attention=gqa_tiled), hidden=False)
     out, err = capfd.readouterr()
-    assert out.startswith("✔ ") and "fix Exercise 3 (apply_rope)" in out and "Exercise 4" in out, out
+    assert out.startswith("✔ ") and "fix Exercise 3 (apply_rope) and Exercise 4 (grouped_query_attention) first" in out, out
+    assert out.count("Exercise 3") == 1, out  # each earlier exercise once, however many of its names stood in
     assert err == ""
+
+
+def test_gqa_layer_names_only_the_earlier_exercise_that_fails(capfd):
+    check_gqa_attention(layer(apply_rope=make_rope(sign=-1.0)), hidden=False)
+    out, _ = capfd.readouterr()
+    assert "fix Exercise 3 (apply_rope) first" in out and "Exercise 4" not in out, out
 
 
 def test_gqa_layer_reference_and_builtin_are_off_limits():

@@ -1,15 +1,19 @@
-"""Regenerate the student version: solutions/ -> notebooks/ with nbgrader, without losing anyone's work.
+"""Regenerate what is made from the solutions: the student version (solutions/ -> notebooks/ with
+nbgrader, without losing anyone's work), the lesson manifest (tfcourse/manifest.json) and the
+README's lesson table (its "graded exercises" column).
 
     python tools/release.py            # regenerate every lesson
     python tools/release.py 03_attention
 
 A notebook in notebooks/ that differs from the committed one (a learner's edits, say) is left
 alone and reported; `--force` overwrites it after saving a copy next to it (*.ipynb.bak).
+The manifest and the README's table are always rebuilt from every lesson.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 import subprocess
 import sys
@@ -19,6 +23,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE, RELEASE = ROOT / "solutions", ROOT / "notebooks"
+README = ROOT / "README.md"
+sys.path.insert(0, str(ROOT))  # run as a script from a checkout: the tfcourse next to it
+
+from tfcourse import manifest  # noqa: E402  (pure Python: no torch, no nbgrader)
+
+TABLE_ROW = re.compile(r"^\| (\d\d) (.*) \| ([^|]*) \|$")
 
 
 def lessons() -> list[str]:
@@ -65,12 +75,37 @@ def release(names: list[str], force: bool) -> int:
     return 1 if skipped else 0
 
 
+def lesson_table(readme: str, data: dict) -> str:
+    """The README with its lesson table's last column ("graded exercises") set from the manifest."""
+    counts = {entry["folder"][:2]: len(entry["exercises"]) for entry in data["lessons"]}
+
+    def row(line: str) -> str:
+        found = TABLE_ROW.match(line)
+        if not found or found.group(1) not in counts:
+            return line
+        count = counts[found.group(1)]
+        return f"| {found.group(1)} {found.group(2)} | {count if count else '—'} |"
+
+    return "\n".join(row(line) for line in readme.split("\n"))
+
+
+def write_generated() -> None:
+    """The manifest and the README's lesson table, from every solution notebook."""
+    data = manifest.build(SOURCE)
+    for path, text in ((manifest.MANIFEST, manifest.dumps(data)), (README, lesson_table(README.read_text("utf-8"), data))):
+        if path.read_text("utf-8") != text:
+            path.write_text(text, encoding="utf-8")
+            print(f"wrote {path.relative_to(ROOT)}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("lessons", nargs="*", help="lesson folders (default: all)")
     parser.add_argument("--force", action="store_true", help="overwrite locally modified notebooks (after a backup)")
     args = parser.parse_args(argv)
-    return release(args.lessons or lessons(), args.force)
+    status = release(args.lessons or lessons(), args.force)
+    write_generated()
+    return status
 
 
 if __name__ == "__main__":

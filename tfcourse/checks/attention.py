@@ -19,7 +19,7 @@ from torch import Tensor, nn
 
 from ..attention import (MultiHeadAttention, causal_mask, merge_heads, padding_mask, scaled_dot_product_attention,
                          split_heads)
-from .core import (isolated, CheckFailed, call_learner, compare, expect_portable, expect_unchanged, hidden_note, learner_namespaces,
+from .core import (isolated, composite, CheckFailed, call_learner, compare, expect_portable, expect_unchanged, hidden_note, learner_namespaces,
                    off_limits, passed)
 
 # While a check runs, the answer for that exercise and the matching torch built-ins are off-limits.
@@ -518,6 +518,9 @@ def _mha_cases(hidden: bool) -> list[dict[str, Any]]:
     return cases
 
 
+# Judged with the reference attention and head reshapes in place of the learner's (exercises 2 and 5).
+@composite(scaled_dot_product_attention=lambda: scaled_dot_product_attention, split_heads=lambda: split_heads,
+           merge_heads=lambda: merge_heads)
 @isolated
 def check_multi_head_attention(learner_cls: type, hidden: bool = False) -> None:
     """MultiHead = Concat(head_1..h) W^O, self- and cross-attention, loaded with the reference's weights."""

@@ -20,8 +20,8 @@ from torch import Tensor, nn
 from ..attention import causal_mask, padding_mask
 from ..blocks import DecoderLayer, Encoder, EncoderLayer, LayerNorm, sublayer_connection
 from ..models import trace_shapes
-from ..course.assemble import called_like_the_lessons
-from .core import (isolated, judged_on_its_own, CheckFailed, build_module, call_learner, compare, expect_portable,
+from .adapters import called_like_the_lessons
+from .core import (isolated, composite, CheckFailed, build_module, call_learner, compare, expect_portable,
                    expect_unchanged, learner_namespaces, load_reference_weights, off_limits, one_thread, passed)
 
 # torch's own LayerNorm, under every name it can be reached by: off-limits in every exercise of this lesson.
@@ -366,24 +366,14 @@ def _encoder_layer_cases(hidden: bool) -> list[dict]:
 
 # Earlier exercises of this lesson that the layers call by name, with the references that stand in
 # while a layer is judged on its own (a bug in your LayerNorm costs the LayerNorm exercise only).
-LAYER_PARTS = {
-    "LayerNorm": ("exercise 1 (LayerNorm)", lambda: LayerNorm),
-    "sublayer_connection": ("exercise 2 (sublayer_connection)", lambda: sublayer_connection),
-}
-STACK_PARTS = {
-    **LAYER_PARTS,
-    "EncoderLayer": ("exercise 3 (EncoderLayer)", lambda: called_like_the_lessons(EncoderLayer)),
-}
+LAYER_PARTS = dict(LayerNorm=lambda: LayerNorm, sublayer_connection=lambda: sublayer_connection)
+STACK_PARTS = dict(LAYER_PARTS, EncoderLayer=lambda: called_like_the_lessons(EncoderLayer))
 
 
+@composite(**LAYER_PARTS)
 @isolated
 @one_thread
 def check_encoder_layer(learner_cls: Any, hidden: bool = False) -> None:
-    """Self-attention -> FFN, each wrapped by sublayer_connection; post-LN by default, pre-LN with norm_first."""
-    judged_on_its_own(_check_encoder_layer, learner_cls, hidden, LAYER_PARTS)
-
-
-def _check_encoder_layer(learner_cls: Any, hidden: bool = False) -> None:
     """Self-attention -> FFN, each wrapped by sublayer_connection; post-LN by default, pre-LN with norm_first."""
     cases = _encoder_layer_cases(hidden)
     for seed, case in enumerate(cases):
@@ -497,14 +487,10 @@ def _decoder_mistakes(reference: DecoderLayer, x: Tensor, memory: Tensor, self_m
     return mistakes
 
 
+@composite(**LAYER_PARTS)
 @isolated
 @one_thread
 def check_decoder_layer(learner_cls: Any, hidden: bool = False) -> None:
-    """Masked self-attention -> cross-attention (Q from the decoder, K/V from H) -> FFN, each wrapped."""
-    judged_on_its_own(_check_decoder_layer, learner_cls, hidden, LAYER_PARTS)
-
-
-def _check_decoder_layer(learner_cls: Any, hidden: bool = False) -> None:
     """Masked self-attention -> cross-attention (Q from the decoder, K/V from H) -> FFN, each wrapped."""
     cases = _decoder_layer_cases(hidden)
     for seed, case in enumerate(cases):
@@ -546,14 +532,10 @@ def _check_decoder_layer(learner_cls: Any, hidden: bool = False) -> None:
 # ----------------------------------------------------------------------------------------------
 
 
+@composite(**STACK_PARTS)
 @isolated
 @one_thread
 def check_encoder(learner_cls: Any, hidden: bool = False) -> None:
-    """N encoder layers with their own weights; pre-LN ends with one LayerNorm; (B, T, d_model) in and out."""
-    judged_on_its_own(_check_encoder, learner_cls, hidden, STACK_PARTS)
-
-
-def _check_encoder(learner_cls: Any, hidden: bool = False) -> None:
     """N encoder layers with their own weights; pre-LN ends with one LayerNorm; (B, T, d_model) in and out."""
     cases = [
         dict(n_layers=3, batch=2, length=5, d_model=16, n_heads=4, d_ff=None, norm_first=False, lengths=[5, 2]),

@@ -691,45 +691,118 @@ def names_replaced(namespace: dict[str, Any], values: Mapping[str, Any]) -> Iter
                 namespace[name] = old
 
 
-def judged_on_its_own(check: Callable, learner_obj: Any, hidden: bool,
-                      earlier: Mapping[str, tuple[str, Callable[[], Any]]]) -> None:
-    """Grade a composite exercise (a layer built from earlier exercises) on its own.
+def composite(**parts: Callable[[], Any]) -> Callable[[Callable], Callable]:
+    """Declare a check as a composite's: an exercise built from earlier ones, graded on its own.
 
-    `earlier` maps a name the learner's code looks up (e.g. "LayerNorm") to (the exercise that
-    defines it, a function returning the reference). Where the learner's namespace holds their own
-    version, `check` runs first with the references in its place: if that fails, the composition is
-    wrong and its message stands. Then `check` runs as the learner wrote it; if only that fails,
-    the exercise still passes, and the line says which earlier exercise to fix.
+        @composite(LayerNorm=lambda: LayerNorm, sublayer_connection=lambda: sublayer_connection)
+        @isolated
+        def check_encoder_layer(learner_cls, hidden=False): ...
+
+    `parts` maps each name the learner's code looks up (an earlier exercise's function or class) to
+    a function returning the reference. Where the learner's namespace holds their own version, the
+    check runs first with the references in its place: if that fails, the composition itself is
+    wrong and its message stands. Then it runs as the learner wrote it; if only that fails, the
+    exercise still passes, and the line names the earlier exercises to fix (from the lesson's
+    manifest): those whose own check fails.
     """
+
+    def decorate(check: Callable) -> Callable:
+        @functools.wraps(check)
+        def run(learner_obj: Any, hidden: bool = False) -> None:
+            _judge_composite(check, learner_obj, hidden, parts)
+
+        judged = isolated(run)  # the runs inside are isolated too; this one puts back what they share
+        judged.composite_parts = tuple(parts)  # what the manifest's builds_on is checked against
+        return judged
+
+    return decorate
+
+
+def _judge_composite(check: Callable, learner_obj: Any, hidden: bool, parts: Mapping[str, Callable[[], Any]]) -> None:
     namespaces = learner_namespaces(learner_obj)
     namespace = namespaces[0] if namespaces else {}
-    references = {name: make() for name, (_, make) in earlier.items()}
+    references = {name: make() for name, make in parts.items()}
 
     def is_reference(name: str) -> bool:
         reference = references[name]
         return namespace[name] is reference or namespace[name] is getattr(reference, "__wrapped__", None)
 
-    theirs = [name for name in earlier if name in namespace and not is_reference(name)]
+    theirs = [name for name in parts if name in namespace and not is_reference(name)]
     if not theirs:
         check(learner_obj, hidden)
         return
-    with names_replaced(namespace, {name: references[name] for name in theirs}), \
-            contextlib.redirect_stdout(io.StringIO()):
+    stand_ins = {name: _stand_in(references[name]) for name in theirs}
+    with names_replaced(namespace, stand_ins), contextlib.redirect_stdout(io.StringIO()):
         check(learner_obj, hidden)  # a CheckFailed here is the composite's own mistake
     output = io.StringIO()
     try:
         with contextlib.redirect_stdout(output):
             check(learner_obj, hidden)
     except CheckFailed as failure:
-        culprits = [name for name in theirs if _passes_with(check, learner_obj, hidden, namespace,
-                                                            {name: references[name]})] or theirs
-        exercises = " and ".join(earlier[name][0] for name in culprits)
         reason = str(failure).splitlines()[0]
+        culprits = _culprits(check, learner_obj, hidden, namespace, theirs, stand_ins)
+        exercises = _and(list(dict.fromkeys(label for _, label in culprits)))
         # The advice first: tables and feedback may cut a long line short.
         passed(f"{getattr(learner_obj, '__name__', 'your code')} is right with the reference "
-               f"{' and '.join(culprits)} in place — fix {exercises} first: with yours it fails ({reason})")
+               f"{_and([name for name, _ in culprits])} in place — fix {exercises} first: "
+               f"with yours it fails ({reason})")
         return
     print(output.getvalue(), end="")
+
+
+def _stand_in(reference: Any) -> Any:
+    """The reference as the learner's namespace gets it while a composite is judged: a class as it is;
+    a function behind a forwarding function of its own (the composite's off-limits guard refuses
+    the reference itself wherever it finds it, e.g. log_softmax inside cross_entropy)."""
+    if isinstance(reference, type):
+        return reference
+
+    def stand_in(*args: Any, **kwargs: Any) -> Any:
+        return reference(*args, **kwargs)
+
+    stand_in.__name__ = stand_in.__qualname__ = getattr(reference, "__name__", "reference")
+    return stand_in
+
+
+def _culprits(check: Callable, learner_obj: Any, hidden: bool, namespace: dict[str, Any], theirs: list[str],
+              stand_ins: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The learner's parts to blame, as (name, "Exercise N (name)"): those whose own exercise check
+    fails; else those that alone make the composite fail; else all of them."""
+    from .. import manifest  # the lesson's exercises: numbers, names, checks
+
+    exercise = manifest.exercise_checked_by(_check_name(check))
+    defining = {name: manifest.exercise_defining(exercise.lesson, name) for name in theirs}
+    failing = {e.check: not _own_check_passes(e, namespace, hidden)
+               for e in {e for e in defining.values() if e is not None}}
+    label = {name: e.label if e is not None else name for name, e in defining.items()}
+    culprits = [name for name in theirs if defining[name] is not None and failing[defining[name].check]]
+    culprits = culprits or [name for name in theirs if _passes_with(check, learner_obj, hidden, namespace,
+                                                                    {name: stand_ins[name]})] or theirs
+    return [(name, label[name]) for name in culprits]
+
+
+def _check_name(check: Callable) -> str:
+    """'blocks.check_encoder_layer' for tfcourse.checks.blocks.check_encoder_layer."""
+    return f"{check.__module__.rpartition('.')[2]}.{check.__name__}"
+
+
+def _own_check_passes(exercise: Any, namespace: dict[str, Any], hidden: bool) -> bool:
+    """Does the learner's answer to `exercise` (from their namespace) pass its own check? (Quietly.)"""
+    module, _, function = exercise.check.rpartition(".")
+    own_check = getattr(importlib.import_module(f"tfcourse.checks.{module}"), function)
+    if any(name not in namespace for name in exercise.arguments):
+        return True
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            own_check(*(namespace[name] for name in exercise.arguments), hidden=hidden)
+    except CheckFailed:
+        return False
+    return True
+
+
+def _and(names: Sequence[str]) -> str:
+    """'a', 'a and b', 'a, b and c'."""
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 def _passes_with(check: Callable, learner_obj: Any, hidden: bool, namespace: dict[str, Any],

@@ -24,7 +24,7 @@ from torch import Tensor, nn
 from ..attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
 from ..embedding import InputEmbedding, LearnedPositionalEmbedding, TokenEmbedding, sinusoidal_positional_encoding
 from ..ffn import PositionwiseFeedForward
-from .core import (isolated, judged_on_its_own, CheckFailed, OffLimitsError, call_learner, compare, expect_portable, expect_unchanged,
+from .core import (isolated, composite, CheckFailed, OffLimitsError, call_learner, compare, expect_portable, expect_unchanged,
                    hidden_note, learner_namespaces, off_limits, one_thread, passed, seeded)
 
 # What each exercise may not call while its check runs.
@@ -461,22 +461,14 @@ def _input_layer(learner_cls, vocab_size, d_model, max_len, dropout, namespaces)
 
 # The earlier exercises the input layer calls by name, with the references that stand in while it
 # is judged on its own (a swapped sin/cos costs the positional-encoding exercise only).
-INPUT_LAYER_PARTS = {
-    "ScaledTokenEmbedding": ("exercise 2 (ScaledTokenEmbedding)", lambda: TokenEmbedding),
-    "sinusoidal_positional_encoding": ("exercise 4 (sinusoidal_positional_encoding)",
-                                       lambda: sinusoidal_positional_encoding),
-}
+INPUT_LAYER_PARTS = dict(ScaledTokenEmbedding=lambda: TokenEmbedding,
+                         sinusoidal_positional_encoding=lambda: sinusoidal_positional_encoding)
 
 
+@composite(**INPUT_LAYER_PARTS)
 @isolated
 @one_thread
 def check_input_layer(learner_cls, hidden: bool = False) -> None:
-    """InputLayer(vocab_size, d_model, max_len, dropout): forward(ids, offset=0) =
-    dropout(token(ids) + pe[offset : offset + T]); `pe` a buffer; a ValueError past max_len."""
-    judged_on_its_own(_check_input_layer, learner_cls, hidden, INPUT_LAYER_PARTS)
-
-
-def _check_input_layer(learner_cls, hidden: bool = False) -> None:
     """InputLayer(vocab_size, d_model, max_len, dropout): forward(ids, offset=0) =
     dropout(token(ids) + pe[offset : offset + T]); `pe` a buffer; a ValueError past max_len."""
     namespaces = learner_namespaces(learner_cls)

@@ -23,7 +23,7 @@ from ..decoding import sample_next_token as reference_sample_next_token
 from ..models import GPT, GPTConfig, Transformer, TransformerConfig, count_parameters
 from ..output import cross_entropy as reference_cross_entropy
 from ..output import log_softmax as reference_log_softmax
-from .core import (isolated, CheckFailed, OffLimitsError, call_learner, compare, expect_unchanged, hidden_note,
+from .core import (isolated, composite, CheckFailed, OffLimitsError, call_learner, compare, expect_unchanged, hidden_note,
                    learner_namespaces, off_limits, passed)
 
 # ----------------------------------------------------------------------------------------------
@@ -206,6 +206,8 @@ def _cross_entropy_mistakes(logits: Tensor, targets: Tensor) -> dict[str, Tensor
     return mistakes
 
 
+# Judged with the reference log_softmax in place of the learner's (exercise 1).
+@composite(log_softmax=lambda: reference_log_softmax)
 @isolated
 def check_cross_entropy(learner_fn: Callable, hidden: bool = False) -> None:
     """cross_entropy(logits (..., V), targets (...)) = mean over positions of −log softmax(logits)[target]."""

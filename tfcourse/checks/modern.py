@@ -24,7 +24,7 @@ from .. import modern
 from ..attention import KVCache, causal_mask, padding_mask, scaled_dot_product_attention
 from ..modern import GroupedQueryAttention, RMSNorm, SwiGLUFeedForward, apply_rope, swiglu_hidden_size
 from .core import (CheckFailed, build_module, call_learner, compare, expect_portable, expect_unchanged, hidden_note,
-                   isolated, judged_on_its_own, learner_namespaces, load_reference_weights, off_limits, one_thread,
+                   isolated, composite, learner_namespaces, load_reference_weights, off_limits, one_thread,
                    passed)
 
 RMS_NORM_OFF_LIMITS = ["tfcourse.modern.RMSNorm", "torch.nn.RMSNorm", "torch.nn.functional.rms_norm", "torch.rms_norm"]
@@ -399,13 +399,9 @@ LAYER_NAMES = ("name the projections like tfcourse.modern.GroupedQueryAttention:
                "bias-free nn.Linear layers")
 
 # The earlier exercises a layer uses: while it is judged, the references stand in for the learner's.
-LAYER_PARTS = {
-    "rotate_half": ("Exercise 3 (apply_rope)", lambda: modern.rotate_half),
-    "rope_cos_sin": ("Exercise 3 (apply_rope)", lambda: modern.rope_cos_sin),
-    "apply_rope": ("Exercise 3 (apply_rope)", lambda: modern.apply_rope),
-    "repeat_kv": ("Exercise 4 (grouped_query_attention)", lambda: modern.repeat_kv),
-    "grouped_query_attention": ("Exercise 4 (grouped_query_attention)", lambda: modern.grouped_query_attention),
-}
+LAYER_PARTS = dict(rotate_half=lambda: modern.rotate_half, rope_cos_sin=lambda: modern.rope_cos_sin,
+                   apply_rope=lambda: modern.apply_rope, repeat_kv=lambda: modern.repeat_kv,
+                   grouped_query_attention=lambda: modern.grouped_query_attention)
 
 
 def _layer_by_hand(ref: GroupedQueryAttention, x: Tensor, mask: Tensor | None, past: tuple[Tensor, Tensor] | None,
@@ -463,15 +459,10 @@ def _reference_cache(ref: GroupedQueryAttention, x: Tensor) -> tuple[Tensor, Ten
     return apply_rope(k), v
 
 
+@composite(**LAYER_PARTS)
 @isolated
 @one_thread
 def check_gqa_attention(learner_cls: Any, hidden: bool = False) -> None:
-    """GroupedQueryAttention(d_model, n_heads, n_kv_heads).forward(x, mask=None, cache=None): RoPE on q and k at
-    their positions, the KV cache keeps the n_kv_heads heads, grouped-query attention, W_o."""
-    judged_on_its_own(_check_gqa_attention, learner_cls, hidden, LAYER_PARTS)
-
-
-def _check_gqa_attention(learner_cls: Any, hidden: bool = False) -> None:
     cases = [(32, 8, 2, 2, 6), (16, 4, 1, 1, 1)]  # (d_model, n_heads, n_kv_heads, B, T)
     if hidden:
         cases = [(24, 6, 6, 2, 5), (32, 4, 2, 3, 7), (16, 4, 2, 1, 2)]

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..tokenizers import BPETokenizer, CharTokenizer, count_pairs, count_pretokens, merge_word, pretokenize
 from ..tokenizers import split_on_special_tokens, train_bpe
-from .core import (isolated, CheckFailed, OffLimitsError, call_learner, hidden_note, learner_namespaces, off_limits,
+from .core import (isolated, composite, composite, CheckFailed, OffLimitsError, call_learner, hidden_note, learner_namespaces, off_limits,
                    passed)
 
 EOT = "<|endoftext|>"
@@ -408,6 +408,8 @@ def _diagnose_merge(text, special_tokens, expected, actual, k, what) -> str:
     return f"{what}: merge #{k} is {wrong} (count {counts[wrong]}), but {right} occurs {counts[right]} times"
 
 
+# Judged with the reference count_pairs and merge_word in place of the learner's (exercises 2 and 3).
+@composite(count_pairs=lambda: count_pairs, merge_word=lambda: merge_word)
 @isolated
 def check_train_bpe(learner_fn, hidden: bool = False) -> None:
     """train_bpe(text, vocab_size, special_tokens) -> (vocab, merges), equal to the package's."""
@@ -526,6 +528,8 @@ def _encode_texts(hidden: bool) -> list[str]:
     return texts
 
 
+# Judged with the reference merge_word in place of the learner's (exercise 3).
+@composite(merge_word=lambda: merge_word)
 @isolated
 def check_bpe_encode(learner_fn, hidden: bool = False) -> None:
     """bpe_encode(text, vocab, merges, special_tokens) -> ids, equal to BPETokenizer.encode."""

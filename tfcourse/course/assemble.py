@@ -35,12 +35,12 @@ from torch import Tensor, nn
 
 from .. import attention as reference_attention
 from .. import blocks as reference_blocks
-from .. import embedding as reference_embedding
 from .. import ffn as reference_ffn
-from .. import output as reference_output
+from .. import manifest
 from ..attention import KVCache
 from ..models import (GPT, GPTConfig, Transformer, TransformerConfig, init_gpt_weights, init_transformer_weights,
                       layer_options)
+from ..checks.adapters import called_like_the_lessons
 from .notebook_import import NotebookImportError, import_from_notebook
 
 REFERENCE = "tfcourse reference"
@@ -57,39 +57,21 @@ class Component:
     reference: Callable[[], Any]  # the tfcourse object used when the learner's is not ready
 
 
-def called_like_the_lessons(layer: type, **parts: Any) -> Callable[..., nn.Module]:
-    """A reference layer (keyword-only options), callable as the lessons' layers are: (d_model,
-    n_heads, d_ff, dropout, norm_first); `parts` (attention=..., feed_forward=..., norm=...) go to
-    every layer built. `__wrapped__` names the reference layer."""
+def _reference(dotted: str | None) -> Callable[[], Any]:
+    """A function returning the tfcourse object `dotted` names ("tfcourse.ffn.PositionwiseFeedForward"),
+    or None where there is none (without yours, lessons use tfcourse.decoding.generate)."""
+    def resolve() -> Any:
+        if dotted is None:
+            return None
+        module, _, name = dotted.rpartition(".")
+        return getattr(importlib.import_module(module), name)
 
-    def build(d_model: int, n_heads: int, d_ff: int | None = None, dropout: float = 0.1, norm_first: bool = False,
-              **options: Any) -> nn.Module:
-        return layer(d_model, n_heads, d_ff, dropout=dropout, norm_first=norm_first, **parts, **options)
-
-    build.__wrapped__ = layer
-    return build
+    return resolve
 
 
-COMPONENTS = (
-    Component("input layer", "02_embeddings", "InputLayer", "embeddings.check_input_layer",
-              lambda: reference_embedding.InputEmbedding),
-    Component("multi-head attention", "03_attention", "MultiHeadAttention", "attention.check_multi_head_attention",
-              lambda: reference_attention.MultiHeadAttention),
-    Component("feed-forward network", "04_ffn", "FeedForward", "ffn.check_feed_forward",
-              lambda: reference_ffn.PositionwiseFeedForward),
-    Component("LayerNorm", "05_blocks", "LayerNorm", "blocks.check_layer_norm", lambda: reference_blocks.LayerNorm),
-    Component("residual + LayerNorm", "05_blocks", "sublayer_connection", "blocks.check_sublayer_connection",
-              lambda: reference_blocks.sublayer_connection),
-    Component("encoder layer", "05_blocks", "EncoderLayer", "blocks.check_encoder_layer",
-              lambda: reference_blocks.EncoderLayer),
-    Component("decoder layer", "05_blocks", "DecoderLayer", "blocks.check_decoder_layer",
-              lambda: reference_blocks.DecoderLayer),
-    Component("encoder stack", "05_blocks", "Encoder", "blocks.check_encoder", lambda: reference_blocks.Encoder),
-    Component("cross-entropy", "06_models", "cross_entropy", "models.check_cross_entropy",
-              lambda: reference_output.cross_entropy),
-    Component("cached generation", "07_decoding", "greedy_generate_cached", "models.check_cached_generation",
-              lambda: None),  # no reference: without yours, lessons use tfcourse.decoding.generate
-)
+# The components the lessons supply, in course order: the manifest's exercises that name one.
+COMPONENTS = tuple(Component(e.supplies, e.lesson, e.argument, e.check, _reference(e.reference))
+                   for e in manifest.exercises() if e.supplies)
 
 
 @dataclass

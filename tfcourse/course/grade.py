@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import shutil
 import sys
 import tempfile
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from .. import manifest
 
 STUDENT = "me"
 
@@ -116,32 +117,15 @@ def _messages(autograded: Path) -> dict[str, str]:
             for c in cells if c.get("metadata", {}).get("nbgrader", {}).get("grade")}
 
 
-EXERCISE_HEADING = re.compile(r"^#+\s*Exercise\s+(\d+)\b(.*)$")
-
-
-def _exercise_name(rest: str) -> str:
-    """'★★ — `cross_entropy(logits, targets)` (15 min)' -> 'cross_entropy': the heading's name in
-    plain text, without stars, time, Markdown or a signature's arguments."""
-    rest = re.sub(r"`(\w+)\([^`]*\)`", r"\1", rest)  # `get_batch(data, ...)` -> get_batch
-    rest = re.sub(r"\((?:≈\s*)?\d+\s*min\)", "", rest).replace("★", "").replace("`", "")
-    rest = re.sub(r"\\operatorname\{(\w+)\}", r"\1", rest).replace("$", "")
-    rest = re.sub(r"\s*\\cdot\s*", "·", rest)
-    return rest.strip(" —–-:").strip()
-
-
 def exercise_titles(notebook: Path) -> dict[str, str]:
-    """Each graded cell's grade id -> "Exercise N — name", from the last exercise heading above it."""
-    titles, heading = {}, None
-    for cell in json.loads(notebook.read_text(encoding="utf-8"))["cells"]:
-        if cell.get("cell_type") == "markdown":
-            for line in "".join(cell.get("source", "")).splitlines():
-                found = EXERCISE_HEADING.match(line.strip())
-                if found:
-                    heading = f"Exercise {found.group(1)} — {_exercise_name(found.group(2))}"
-        nbgrader = cell.get("metadata", {}).get("nbgrader", {})
-        if nbgrader.get("grade") and heading:
-            titles[nbgrader["grade_id"]] = heading
-    return titles
+    """Each graded cell's grade id -> "Exercise N — name": the lesson manifest's titles for a course
+    lesson, else read from the notebook's exercise headings (the last one above each graded cell)."""
+    folder = notebook.parent.name
+    if folder in {lesson.folder for lesson in manifest.lessons()}:
+        return {e.grade_id: e.title for e in manifest.lesson(folder).exercises}
+    cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+    return {grade_id: f"Exercise {number} — {name}"
+            for grade_id, (number, name) in manifest.exercise_headings(cells).items()}
 
 
 def errors_elsewhere(autograded: Path) -> list[str]:
