@@ -5,6 +5,7 @@
     plots.py            the lessons' figures (positional encoding, attention heatmaps, loss curves)
     run_solutions.py    run the complete lessons end to end (tfcourse run-solutions)
     grade.py            grade a learner's notebooks with the hidden tests (tfcourse grade)
+    results.py          one result model and reporter for `tfcourse grade` and `tfcourse autograde`
     bench.py            performance figures (tfcourse bench)
     cli.py              the `tfcourse` command
     autograde.py        nbgrader plug-ins: fair, tamper-evident grading; formulas readable offline

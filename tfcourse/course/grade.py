@@ -19,48 +19,17 @@ import shutil
 import sys
 import tempfile
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import manifest
+# The result model and the reporter are shared with `tfcourse autograde`; their names stay importable from here.
+from .results import (ExerciseGrade, LessonGrade, errors_elsewhere, exercise_titles, print_table,  # noqa: F401
+                      record_failure, record_scores)
 
 STUDENT = "me"
 
 
 class GradingError(RuntimeError):
     """Something went wrong in the grading machinery itself (not in the learner's notebook)."""
-
-
-@dataclass
-class ExerciseGrade:
-    grade_id: str
-    score: float
-    max_score: float
-    message: str
-    title: str = ""  # "Exercise 2 — count_pairs", as the notebook's heading names it
-
-    @property
-    def passed(self) -> bool:
-        return self.score >= self.max_score
-
-
-@dataclass
-class LessonGrade:
-    lesson: str
-    notebook: Path | None
-    exercises: list[ExerciseGrade] = field(default_factory=list)
-    problem: str | None = None  # why the notebook could not be graded at all (missing, not JSON, ...)
-    feedback: Path | None = None
-    integrity: list[str] = field(default_factory=list)  # the integrity report's findings (cell, line, what)
-    elsewhere: list[str] = field(default_factory=list)  # errors in cells that are not exercises ("cell 12: ...")
-
-    @property
-    def score(self) -> float:
-        return sum(e.score for e in self.exercises)
-
-    @property
-    def max_score(self) -> float:
-        return sum(e.max_score for e in self.exercises)
 
 
 def _load_config(course: Path, timeout: int | None):
@@ -96,56 +65,6 @@ def _run_app(app_class: type, course: Path, lesson: str, timeout: int | None = N
 def _course_config(repo_config: Path) -> str:
     # The repository's nbgrader_config.py; it roots the course in the folder it is in: the temporary one.
     return repo_config.read_text() + '\nc.CourseDirectory.db_url = "sqlite:///gradebook.db"\n'
-
-
-def _message(cell: dict) -> str:
-    """One line from a graded cell's outputs: the error's last line, else the check's ✔ line."""
-    for output in cell.get("outputs", []):
-        if output.get("output_type") == "error":
-            if output.get("ename") == "NotImplementedError":
-                return "not implemented yet"
-            text = " ".join(line.strip() for line in output.get("evalue", "").splitlines() if line.strip())
-            return f"{output.get('ename', 'Error')}: {text}"[:300]
-    lines = [line for output in cell.get("outputs", []) if output.get("output_type") == "stream"
-             for line in "".join(output.get("text", "")).splitlines() if line.strip()]
-    return lines[-1][:200] if lines else ""
-
-
-def _messages(autograded: Path) -> dict[str, str]:
-    cells = json.loads(autograded.read_text())["cells"]
-    return {c["metadata"]["nbgrader"]["grade_id"]: _message(c)
-            for c in cells if c.get("metadata", {}).get("nbgrader", {}).get("grade")}
-
-
-def exercise_titles(notebook: Path) -> dict[str, str]:
-    """Each graded cell's grade id -> "Exercise N — name": the lesson manifest's titles for a course
-    lesson, else read from the notebook's exercise headings (the last one above each graded cell)."""
-    folder = notebook.parent.name
-    if folder in {lesson.folder for lesson in manifest.lessons()}:
-        return {e.grade_id: e.title for e in manifest.lesson(folder).exercises}
-    cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
-    return {grade_id: f"Exercise {number} — {name}"
-            for grade_id, (number, name) in manifest.exercise_headings(cells).items()}
-
-
-def errors_elsewhere(autograded: Path) -> list[str]:
-    """Errors in the graded copy outside the exercises: cells that are neither an answer nor a test
-    (the data cell offline, a demo that crashed). Unfinished exercises (NotImplementedError) are
-    already counted in their own rows."""
-    found = []
-    for index, cell in enumerate(json.loads(autograded.read_text(encoding="utf-8"))["cells"]):
-        if cell.get("cell_type") != "code" or cell.get("metadata", {}).get("nbgrader", {}).get("grade_id"):
-            continue
-        for output in cell.get("outputs", []):
-            if output.get("output_type") == "error" and output.get("ename") != "NotImplementedError":
-                value = " ".join(output.get("evalue", "").split())
-                found.append(f"code cell {index}: {output.get('ename', 'Error')}: {value}"[:200])
-    return found
-
-
-def _integrity(autograded: Path) -> list[str]:
-    """The integrity report that nbgrader_config.py's IntegrityReport left in the notebook's metadata."""
-    return json.loads(autograded.read_text()).get("metadata", {}).get("tfcourse", {}).get("integrity", [])
 
 
 def _read_grades(course: Path, lesson: str, student: str) -> dict[str, tuple[float, float]]:
@@ -221,13 +140,6 @@ def _prepare_course(course: Path, lesson: str, solutions: Path, repo_config: Pat
     return generated / "release" / f"{lesson}.ipynb"
 
 
-def _all_zero(result: LessonGrade, release: Path, problem: str, titles: dict[str, str]) -> LessonGrade:
-    result.problem = problem
-    result.exercises = [ExerciseGrade(gid, 0.0, mx, problem, titles.get(gid, gid))
-                        for gid, mx in _max_points(release).items()]
-    return result
-
-
 def grade_submissions(lesson: str, notebooks: dict[str, Path | None], solutions: Path, repo_config: Path,
                       report_dir: Path | None = None, timeout: int | None = None) -> dict[str, LessonGrade]:
     """Autograde several submissions of one lesson in one temporary course.
@@ -238,15 +150,15 @@ def grade_submissions(lesson: str, notebooks: dict[str, Path | None], solutions:
     with tempfile.TemporaryDirectory(prefix="tfcourse-grade-") as tmp:
         course = Path(tmp)
         release = _prepare_course(course, lesson, solutions, repo_config)
-        titles = exercise_titles(release)
+        titles, max_points = exercise_titles(release), _max_points(release)
         runnable = []
         for student, notebook in notebooks.items():
             results[student] = LessonGrade(lesson, notebook)
             if notebook is None or not notebook.exists():
-                _all_zero(results[student], release, f"missing: expected your notebook at notebooks/{lesson}/{lesson}.ipynb",
-                          titles)
+                record_failure(results[student], max_points,
+                               f"missing: expected your notebook at notebooks/{lesson}/{lesson}.ipynb", titles)
             elif problem := _unreadable(notebook):
-                _all_zero(results[student], release, problem, titles)
+                record_failure(results[student], max_points, problem, titles)
             else:
                 submitted = course / "submitted" / student / lesson
                 submitted.mkdir(parents=True)
@@ -260,13 +172,9 @@ def grade_submissions(lesson: str, notebooks: dict[str, Path | None], solutions:
         for student in runnable:
             autograded = course / "autograded" / student / lesson / f"{lesson}.ipynb"
             if not autograded.exists():
-                _all_zero(results[student], release, _autograde_failure(done), titles)
+                record_failure(results[student], max_points, _autograde_failure(done), titles)
                 continue
-            scores, messages = _read_grades(course, lesson, student), _messages(autograded)
-            results[student].exercises = [ExerciseGrade(gid, sc, mx, messages.get(gid, ""), titles.get(gid, gid))
-                                          for gid, (sc, mx) in scores.items()]
-            results[student].integrity = _integrity(autograded)
-            results[student].elsewhere = errors_elsewhere(autograded)
+            record_scores(results[student], _read_grades(course, lesson, student), titles, [autograded])
         if report_dir is not None:
             from .autograde import NoComments, feedback_preprocessors
 
@@ -361,25 +269,6 @@ def find_notebook(folder: Path, lesson: str) -> Path | None:
         return expected
     others = sorted(p for p in folder.glob("*.ipynb") if not p.name.startswith("."))
     return others[0] if len(others) == 1 else None
-
-
-def print_table(results: list[LessonGrade]) -> None:
-    for result in results:
-        print(f"\n{result.lesson}: {result.score:g} / {result.max_score:g} points"
-              + (f"   ({result.problem})" if result.problem else ""))
-        width = max((len(e.title or e.grade_id) for e in result.exercises), default=0)
-        for e in result.exercises:
-            status = "pass" if e.passed else "FAIL"
-            print(f"  {e.title or e.grade_id:<{width}} {e.score:>4g} / {e.max_score:<4g} {status}  {e.message}")
-        if result.elsewhere:
-            print(f"  outside the exercises, {len(result.elsewhere)} cell(s) failed in the graded copy "
-                  f"(see the feedback report): {result.elsewhere[0]}")
-        for finding in result.integrity:
-            print(f"  integrity: {finding}")
-        if result.feedback:
-            print(f"  feedback report: {result.feedback}")
-    total, maximum = sum(r.score for r in results), sum(r.max_score for r in results)
-    print(f"\ntotal: {total:g} / {maximum:g} points")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,6 +24,11 @@ serial `nbgrader autograde` would write:
 
 Kernels get `OMP_NUM_THREADS` = cores / N (unless it is set), so N kernels do not fight over the
 cores that one serial kernel would use alone.
+
+Each submission's result is a `tfcourse.course.results.LessonGrade`, the model `tfcourse grade` uses:
+per exercise the points from the gradebook rows, the title from the lesson manifest and the check's
+one-line message from the graded notebook. One line is printed per submission as it is graded;
+`--exercises` adds its rows as `tfcourse grade` prints them.
 """
 
 from __future__ import annotations
@@ -40,8 +45,13 @@ import sys
 import tempfile
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
+
+from .results import (LessonGrade, lesson_titles, print_class_summary, print_submission, record_failure,
+                      record_scores)
 
 RESULT_MARK = "@@tfcourse-autograde "  # prefix of the one line per submission a worker writes to stdout
 
@@ -177,14 +187,7 @@ def _worker(course: Path, lesson: str, workdir: Path, snapshot: Path, extra: lis
 
 # --- the parent ---------------------------------------------------------------------------------
 
-@dataclass
-class Outcome:
-    student: str
-    ok: bool
-    seconds: float
-    score: float = 0.0
-    max_score: float = 0.0
-    problem: str = ""
+Outcome = LessonGrade  # one submission's result, as `tfcourse grade` has it (the student and the time set)
 
 
 @dataclass
@@ -217,12 +220,23 @@ def _kill(process: subprocess.Popen) -> None:
     process.wait()
 
 
-def _score(rows: dict | None) -> float:
-    """Points of one submission as nbgrader counts them: the manual score where a grader gave one."""
-    if not rows:
-        return 0.0
-    return sum(g["manual_score"] if g["manual_score"] is not None else (g["auto_score"] or 0.0)
-               for notebook in rows["notebooks"].values() for g in notebook["grades"].values())
+def gradebook_max_points(gradebook, lesson: str) -> dict[str, dict[str, float]]:
+    """Each notebook of `lesson` -> each graded cell's grade id -> its points, as the gradebook has them."""
+    return {notebook.name: {cell.name: float(cell.max_score) for cell in [*notebook.grade_cells, *notebook.task_cells]}
+            for notebook in gradebook.find_assignment(lesson).notebooks}
+
+
+def exercise_scores(rows: dict, maxima: dict[str, dict[str, float]]) -> dict[str, tuple[float, float]]:
+    """Grade id -> (score, max score) of one graded submission, from its gradebook rows: the manual
+    score where a grader gave one, else the auto score."""
+    scores = {}
+    for name, cells in maxima.items():
+        grades = rows["notebooks"].get(name, {}).get("grades", {})
+        for grade_id, most in cells.items():
+            grade = grades.get(grade_id, {})
+            manual, auto = grade.get("manual_score"), grade.get("auto_score")
+            scores[grade_id] = (manual if manual is not None else (auto or 0.0), most)
+    return scores
 
 
 def submissions(coursedir, lesson: str) -> list[str]:
@@ -232,9 +246,11 @@ def submissions(coursedir, lesson: str) -> list[str]:
 
 
 def autograde(course: Path, lesson: str, jobs: int = 2, timeout: float = 600, force: bool = False,
-              students: list[str] | None = None, extra: tuple[str, ...] = (), echo=print) -> list[Outcome]:
+              students: list[str] | None = None, extra: tuple[str, ...] = (),
+              report: Callable[[LessonGrade], None] = print_submission) -> list[LessonGrade]:
     """Grade every submission of `lesson` (or `students`) in `course` with `jobs` workers; the real
-    gradebook gets the same rows as serial `nbgrader autograde`. Returns one Outcome per student."""
+    gradebook gets the same rows as serial `nbgrader autograde`. Returns one result per student, with
+    its exercises; `report` is handed each as soon as it is graded."""
     from nbgrader.api import Gradebook, MissingEntry
 
     course = course.resolve()
@@ -244,7 +260,7 @@ def autograde(course: Path, lesson: str, jobs: int = 2, timeout: float = 600, fo
     database = _sqlite_path(db_url)
     with Gradebook(db_url, coursedir.course_id) as gradebook:
         try:
-            maxima = {nb.name: nb.max_score for nb in gradebook.find_assignment(lesson).notebooks}
+            maxima = gradebook_max_points(gradebook, lesson)
         except MissingEntry:
             raise SystemExit(f"tfcourse autograde: no lesson {lesson!r} in the gradebook; "
                              f"run `nbgrader generate_assignment {lesson}` first") from None
@@ -255,7 +271,8 @@ def autograde(course: Path, lesson: str, jobs: int = 2, timeout: float = 600, fo
                          f"in {coursedir.submitted_directory}/")
     if not force:  # as nbgrader autograde: an already graded submission is skipped without --force
         todo = [s for s in todo if not Path(coursedir.format_path(coursedir.autograded_directory, s, lesson)).exists()]
-    outcomes: list[Outcome] = []
+    titles = lesson_titles(lesson)
+    outcomes: list[LessonGrade] = []
     if not todo:
         return outcomes
     jobs = max(1, min(jobs, len(todo)))
@@ -292,7 +309,7 @@ def autograde(course: Path, lesson: str, jobs: int = 2, timeout: float = 600, fo
             workers.remove(worker)
             _kill(worker.process)
 
-        def finish(student: str, seconds: float, rows: dict | None, output: str | None, problem: str) -> None:
+        def finish(student: str, seconds: float, rows: dict | None, output: str | None, problem: str | None) -> None:
             submitted = Path(coursedir.format_path(coursedir.submitted_directory, student, lesson))
             timestamp = coursedir.get_existing_timestamp(str(submitted))
             dest = Path(coursedir.format_path(coursedir.autograded_directory, student, lesson))
@@ -304,11 +321,15 @@ def autograde(course: Path, lesson: str, jobs: int = 2, timeout: float = 600, fo
             with Gradebook(db_url, coursedir.course_id) as gradebook, warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # SQLAlchemy's notes on nbgrader's own session use
                 merge_submission(gradebook, lesson, student, timestamp, rows)  # (the one writer of the real gradebook)
-            score = _score(rows)
-            outcome = Outcome(student, rows is not None, seconds, score, sum(maxima.values()), problem)
-            outcomes.append(outcome)
-            echo(f"{student}: " + (f"{score:g} / {outcome.max_score:g} points" if outcome.ok
-                                   else f"FAILED ({problem})") + f"  [{seconds:.1f} s]")
+            result = LessonGrade(lesson, submitted, student=student, seconds=seconds)
+            if rows is None:
+                every_cell = {grade_id: most for cells in maxima.values() for grade_id, most in cells.items()}
+                record_failure(result, every_cell, problem, titles)
+            else:  # (the messages, integrity findings and other errors: from the graded notebooks just moved)
+                graded = [dest / f"{name}.ipynb" for name in rows["notebooks"]]
+                record_scores(result, exercise_scores(rows, maxima), titles, [p for p in graded if p.exists()])
+            outcomes.append(result)
+            report(result)
 
         def hand_out(worker: _Worker) -> None:
             worker.student = queue.pop(0)
@@ -342,7 +363,7 @@ def autograde(course: Path, lesson: str, jobs: int = 2, timeout: float = 600, fo
                         if RESULT_MARK not in text:  # (anything else a library printed)
                             continue
                         answer = json.loads(text.split(RESULT_MARK, 1)[1])
-                        problem = "" if answer["success"] else _last_error(answer.get("error", ""))
+                        problem = None if answer["success"] else _last_error(answer.get("error", ""))
                         finish(answer["student"], answer["seconds"], answer.get("rows"), answer.get("output"), problem)
                         worker.student = None
                         if queue:
@@ -387,6 +408,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--force", action="store_true", help="grade again submissions already graded")
     parser.add_argument("--student", action="append", dest="students", help="only this student (repeatable)")
     parser.add_argument("--course", type=Path, default=Path("."), help="the course folder (default: .)")
+    parser.add_argument("--exercises", action="store_true",
+                        help="under each submission's line, its points per exercise as `tfcourse grade` prints them")
     # the worker's own arguments (one process per worker, started by the command above)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--workdir", type=Path, help=argparse.SUPPRESS)
@@ -398,14 +421,10 @@ def main(argv: list[str] | None = None) -> int:
         return _worker(args.course.resolve(), args.lesson, args.workdir, args.snapshot, extra)
     started = time.monotonic()
     outcomes = autograde(args.course, args.lesson, jobs=args.jobs, timeout=args.timeout, force=args.force,
-                         students=args.students, extra=tuple(extra))
-    failed = [o for o in outcomes if not o.ok]
-    print(f"{len(outcomes) - len(failed)}/{len(outcomes)} submissions of {args.lesson} graded with "
-          f"{args.jobs} job(s) in {time.monotonic() - started:.1f} s")
-    for outcome in failed:
-        print(f"  not graded: {outcome.student}: {outcome.problem} "
-              f"(`nbgrader autograde {args.lesson} --student {outcome.student} --force` to retry)")
-    return 1 if failed else 0
+                         students=args.students, extra=tuple(extra),
+                         report=partial(print_submission, exercises=args.exercises))
+    print_class_summary(outcomes, args.lesson, args.jobs, time.monotonic() - started)
+    return 0 if all(o.ok for o in outcomes) else 1
 
 
 if __name__ == "__main__":
