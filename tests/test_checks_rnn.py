@@ -23,20 +23,32 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
 
 
 def make_rnn(recur=True, tanh=True, store_before=False, transpose=False, backwards=False, use_h0=True,
-             last_only=False, in_place=False):
+             last_only=False, in_place=False, previous_input=False, bias=True, state_in_place=False,
+             with_h0_state=False, skip_first=False, stack_dim=1):
     def rnn_forward(x, w_xh, w_hh, b, h0=None):
         if in_place:
             x.mul_(1.0).add_(0.0)
             x[0, 0, 0] += 1.0
         h = h0 if (h0 is not None and use_h0) else x.new_zeros(x.shape[0], w_hh.shape[0])
+        if state_in_place:
+            h = h.clone()
         steps = range(x.shape[1] - 1, -1, -1) if backwards else range(x.shape[1])
         states = [None] * x.shape[1]
         for t in steps:
-            pre = x[:, t] @ w_xh + b + ((h @ (w_hh.T if transpose else w_hh)) if recur else 0)
+            x_t = x[:, t - 1] if previous_input else x[:, t]  # the off-by-one: step 0 reads x[:, -1]
+            pre = x_t @ w_xh + (b if bias else 0) + ((h @ (w_hh.T if transpose else w_hh)) if recur else 0)
             new = torch.tanh(pre) if tanh else pre
+            if state_in_place:  # one tensor, overwritten each step: every entry of the list is that tensor
+                h.copy_(new)
+                states[t] = h
+                continue
             states[t] = h if store_before else new
             h = new
-        return h if last_only else torch.stack(states, dim=1)
+        if with_h0_state:
+            states = [h0 if h0 is not None else x.new_zeros(x.shape[0], w_hh.shape[0])] + states
+        if skip_first:
+            states = states[1:]
+        return h if last_only else torch.stack(states, dim=stack_dim)
 
     return rnn_forward
 
@@ -54,6 +66,13 @@ def test_rnn_accepts_a_correct_answer(capfd):
     (make_rnn(use_h0=False), r"started from zeros"),
     (make_rnn(last_only=True), r"returned only one state"),
     (make_rnn(in_place=True), r"modified input #1 in place"),
+    (make_rnn(previous_input=True), r"your output equals the recurrence reading the previous step's input "
+                                    r"\(x\[:, t - 1\], so step 0 reads the last one\): step t reads x\[:, t\]"),
+    (make_rnn(bias=False), r"without the bias b"),
+    (make_rnn(state_in_place=True), r"the last state h_T at every position: the list holds one tensor changed in place"),
+    (make_rnn(with_h0_state=True), r"returned T \+ 1 states \(2, 6, 4\): the initial state is not one of them"),
+    (make_rnn(skip_first=True), r"returned T - 1 states \(2, 4, 4\): the loop must visit every step"),
+    (make_rnn(stack_dim=0), r"stacked along dim 0, \(T, B, H\) = \(5, 2, 4\): stack them along dim=1"),
 ])
 def test_rnn_names_the_mistake(wrong, message):
     with pytest.raises(CheckFailed, match=message):
@@ -98,7 +117,7 @@ def test_rnn_stub():
 
 def make_lstm(order="ifgo", tanh_on=(), sigmoid_g=False, cell_tanh=True, h_from_old_c=False,
               forget_on_input=False, no_input_gate=False, recur=True, swap_outputs=False, return_tanh_c=False,
-              in_place=False, only_h=False):
+              in_place=False, only_h=False, bias=True, gates_from_c=False, forget_h=False):
     """An LSTM step written independently of the check: one weight slice per gate."""
     def lstm_cell(x, h, c, w_xh, w_hh, b):
         if in_place:
@@ -106,14 +125,17 @@ def make_lstm(order="ifgo", tanh_on=(), sigmoid_g=False, cell_tanh=True, h_from_
             c[0, 0] += 1.0
         size = h.shape[1]
         gates = {}
+        state = c if gates_from_c else h
         for k, name in enumerate(order):
             part = slice(k * size, (k + 1) * size)
-            pre = x @ w_xh[:, part] + b[part] + (h @ w_hh[:, part] if recur else 0)
+            pre = x @ w_xh[:, part] + (b[part] if bias else 0) + (state @ w_hh[:, part] if recur else 0)
             squash = torch.tanh if (name in tanh_on or (name == "g" and not sigmoid_g)) else torch.sigmoid
             gates[name] = squash(pre)
         i, f, g, o = gates["i"], gates["f"], gates["g"], gates["o"]
         if forget_on_input:
             c_next = i * c + f * g
+        elif forget_h:
+            c_next = f * h + i * g
         else:
             c_next = f * c + (g if no_input_gate else i * g)
         cell = c if h_from_old_c else c_next
@@ -157,6 +179,9 @@ def test_lstm_accepts_correct_answers(learner, capfd):
     (make_lstm(return_tanh_c=True), r"c': your output equals tanh\(c'\)"),
     (make_lstm(only_h=True), r"must return the pair \(h', c'\), got Tensor"),
     (make_lstm(in_place=True), r"lstm_cell: your code modified input #3 in place"),
+    (make_lstm(bias=False), r"h': your output equals the cell without the bias b"),
+    (make_lstm(gates_from_c=True), r"gates computed from c @ w_hh: the recurrent term reads the hidden state h"),
+    (make_lstm(forget_h=True), r"forget gate applied to h \(c' = f \* h \+ i \* g\)"),
 ])
 def test_lstm_names_the_mistake(wrong, message):
     with pytest.raises(CheckFailed, match=message):
@@ -180,7 +205,7 @@ def test_lstm_every_named_mistake_is_a_different_cell():
     x, h, c = torch.randn(2, 3, generator=g), torch.randn(2, 4, generator=g), 2 * torch.randn(2, 4, generator=g)
     w_xh, w_hh, b = torch.randn(3, 16, generator=g), torch.randn(4, 16, generator=g) / 2, torch.randn(16, generator=g)
     outputs = [torch_lstm_cell(x, h, c, w_xh, w_hh, b)[0], *_lstm_mistakes(x, h, c, w_xh, w_hh, b).values()]
-    assert len(outputs) == 1 + 1 + 22 + 3 + 5  # the answer, f on the input, 22 other orders, 3 gates, 5 more
+    assert len(outputs) == 1 + 1 + 22 + 3 + 8  # the answer, f on the input, 22 other orders, 3 gates, 8 more
     for k, one in enumerate(outputs):
         assert not any(_close(one, other, 1e-5, 1e-4) for other in outputs[k + 1:])
 
@@ -232,7 +257,7 @@ def test_lstm_stub():
 
 
 def make_path(rnn_plus_one=False, attention_grows=False, attention_self_one=False, conv_k=False, conv_floor=False,
-              as_float=False):
+              as_float=False, conv_plus_one=False, conv_fixed_kernel=False):
     def path_length(i, j, layer, kernel_size=3):
         d = j - i
         if layer == "recurrent":
@@ -240,8 +265,11 @@ def make_path(rnn_plus_one=False, attention_grows=False, attention_self_one=Fals
         elif layer == "self-attention":
             out = d if attention_grows else (1 if (d > 0 or attention_self_one) else 0)
         else:
-            width = kernel_size if conv_k else kernel_size - 1
-            out = d // width if conv_floor else -(-d // width)
+            width = kernel_size if conv_k else (2 if conv_fixed_kernel else kernel_size - 1)
+            if conv_plus_one:  # "rounds up" by adding one layer, even to an exact multiple
+                out = d // width + 1 if d else 0
+            else:
+                out = d // width if conv_floor else -(-d // width)
         return float(out) if as_float else out
 
     return path_length
@@ -258,6 +286,8 @@ def test_path_length_accepts_a_correct_answer(capfd):
     (make_path(conv_k=True), r"widens a convolution's window by k per layer"),
     (make_path(conv_floor=True), r"rounds the number of convolution layers down"),
     (make_path(as_float=True), r"must return an int"),
+    (make_path(conv_plus_one=True), r"rounds up with d // \(k - 1\) \+ 1: when the distance is a multiple"),
+    (make_path(conv_fixed_kernel=True), r"ignores kernel_size for the convolution"),
 ])
 def test_path_length_names_the_mistake(wrong, message):
     with pytest.raises(CheckFailed, match=message):
@@ -287,25 +317,31 @@ def test_path_length_stub():
 # ----------------------------------------------------------------------------------------------
 
 
-def make_recall(order="keys_first", distractors="own_range", key_at="start", target="key", extra=0, global_rng=False):
+def make_recall(order="keys_first", distractors="own_range", key_at="start", target="key", extra=0, global_rng=False,
+                key_high=0, distractor_high=0, overwrite_first=False, y_column=False):
     def make_recall_batch(batch_size, length, n_keys, n_distractors, generator):
         g = None if global_rng else generator
         low = n_keys if distractors == "own_range" else 0
 
         def draw_keys():
-            return torch.randint(0, n_keys, (batch_size,), generator=g)
+            return torch.randint(0, n_keys + key_high, (batch_size,), generator=g)
 
         def draw_distractors():
-            return torch.randint(low, n_keys + n_distractors, (batch_size, length - 1 + extra), generator=g)
+            return torch.randint(low, n_keys + n_distractors + distractor_high,
+                                 (batch_size, length - 1 + extra + overwrite_first), generator=g)
 
         if order == "keys_first":
             keys, rest = draw_keys(), draw_distractors()
         else:
             rest = draw_distractors()
             keys = draw_keys()
-        x = torch.cat([keys[:, None], rest], 1) if key_at == "start" else torch.cat([rest, keys[:, None]], 1)
+        if overwrite_first:  # `length` distractors, the first replaced by the key
+            x = rest.clone()
+            x[:, 0] = keys
+        else:
+            x = torch.cat([keys[:, None], rest], 1) if key_at == "start" else torch.cat([rest, keys[:, None]], 1)
         y = keys if target == "key" else x[:, -1]
-        return x, y
+        return x, (y[:, None] if y_column else y)
 
     return make_recall_batch
 
@@ -321,6 +357,10 @@ def test_recall_accepts_a_correct_answer(capfd):
     (make_recall(target="last"), r"y is the key, the first token"),
     (make_recall(extra=1), r"the key plus length - 1 distractors"),
     (make_recall(global_rng=True), r"draw every random number with generator=generator"),
+    (make_recall(overwrite_first=True), r"length' distractors whose first one is overwritten by the key"),
+    (make_recall(key_high=-1), r"keys are drawn from \[0, n_keys - 1\): torch.randint's high is exclusive"),
+    (make_recall(distractor_high=-1), r"distractors are drawn from \[n_keys, n_keys \+ n_distractors - 1\)"),
+    (make_recall(y_column=True), r"y has shape \(4, 1\), the keys as a column: return them as shape \(batch_size,\)"),
 ])
 def test_recall_names_the_mistake(wrong, message):
     with pytest.raises(CheckFailed, match=message):

@@ -23,13 +23,15 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread is
 # ----------------------------------------------------------------------------------------------
 
 
-def make_shift(inp="right", eos="after_words", ignore_pad=True, labels_are_input=False, in_place=False):
+def make_shift(inp="right", eos="after_words", ignore_pad=True, labels_are_input=False, in_place=False,
+               mask_before_extra_column=False):
     """A row-by-row implementation (independent of the package), with optional mistakes."""
 
     def shift(tgt, bos_id, eos_id, pad_id, ignore_index=-100):
         if in_place:
             tgt[0, 0] = bos_id  # writes into the caller's tensor
         rows_in, rows_out = [], []
+        all_lengths = [sum(t != pad_id for t in row) for row in tgt.tolist()]
         for row in tgt.tolist():
             words = [t for t in row if t != pad_id]
             n_pad = len(row) - len(words)
@@ -37,18 +39,42 @@ def make_shift(inp="right", eos="after_words", ignore_pad=True, labels_are_input
                 rows_in.append([bos_id] + words + [pad_id] * n_pad)
             elif inp == "labels":
                 rows_in.append(words + [eos_id] + [pad_id] * n_pad)
+            elif inp == "labels_with_ignore":  # decoder_input = labels, after the padding became ignore_index
+                rows_in.append(words + [eos_id] + [ignore_index] * n_pad)
             elif inp == "unshifted":
                 rows_in.append(words + [pad_id] * (n_pad + 1))
+            elif inp == "tgt":  # tgt itself, (B, T)
+                rows_in.append(list(row))
+            elif inp == "lesson_06":  # <bos> + tgt without its last column, (B, T)
+                rows_in.append([bos_id] + row[:-1])
+            elif inp == "bos_last":
+                rows_in.append(row + [bos_id])
+            elif inp == "pad_first":
+                rows_in.append([pad_id] + row)
+            elif inp == "ignore_for_pad":
+                rows_in.append([bos_id] + words + [ignore_index] * n_pad)
             elif inp == "left":
                 rows_in.append(words[1:] + [pad_id] * (n_pad + 2))
             if eos == "after_words":
                 label = words + [eos_id] + [pad_id] * n_pad
             elif eos == "none":
                 label = words + [pad_id] * (n_pad + 1)
+            elif eos == "on_last_word":  # labels[rows, lengths - 1] = eos_id
+                label = words + [pad_id] * (n_pad + 1)
+                label[len(words) - 1] = eos_id
+            elif eos == "every_row":  # labels[:, lengths] = eos_id
+                label = words + [pad_id] * (n_pad + 1)
+                for n in all_lengths:
+                    label[n] = eos_id
             else:  # after the padding
                 label = words + [pad_id] * n_pad + [eos_id]
             if labels_are_input:
                 label = [bos_id] + words + [pad_id] * n_pad
+            if mask_before_extra_column:  # padding -> ignore_index, then the extra column of <pad>, then <eos>
+                label = [ignore_index if t == pad_id else t for t in row] + [pad_id]
+                label[len(words)] = eos_id
+                rows_out.append(label)
+                continue
             rows_out.append([ignore_index if (t == pad_id and ignore_pad) else t for t in label])
         return torch.tensor(rows_in), torch.tensor(rows_out)
 
@@ -68,10 +94,35 @@ def test_shift_target_accepts_a_correct_answer(capfd):
     (make_shift(ignore_pad=False), r"<pad> left in"),
     (make_shift(labels_are_input=True), r"the decoder input \(<bos> y1 …\)"),
     (make_shift(in_place=True), r"modified input #1 in place"),
+    # a decoder input that is not shifted right, <bos> first
+    (make_shift(inp="bos_last"), r"decoder_input .*: your output equals the target not shifted, with <bos> at the "
+                                 r"end .*shifting right puts <bos> in front, torch.cat\(\[bos, tgt\], dim=1\)"),
+    (make_shift(inp="labels_with_ignore"), r"decoder_input .*: your output equals the labels, ignore_index included"),
+    (make_shift(inp="tgt"), r"decoder_input .*: your output equals tgt itself, not shifted"),
+    (make_shift(inp="lesson_06"), r"tgt without its last column \(lesson 06's shift_right\)"),
+    (make_shift(inp="pad_first"), r"shifted right with <pad> in front: the first column is <bos>"),
+    (make_shift(inp="ignore_for_pad"), r"decoder input with ignore_index in place of <pad>"),
+    (make_shift(eos="on_last_word"), r"labels .*<eos> written over each row's last word \(column n - 1\)"),
+    (make_shift(eos="every_row"), r"every row's <eos> column set in every row \(labels\[:, lengths\] = eos_id\)"),
+    (make_shift(mask_before_extra_column=True), r"<pad> left in their extra last column"),
 ])
 def test_shift_target_names_the_mistake(wrong, message):
     with pytest.raises(CheckFailed, match=message):
         check_shift_target(wrong, hidden=True)
+
+
+def test_shift_target_names_hard_coded_special_ids():
+    def hard_coded_ignore(tgt, bos_id, eos_id, pad_id, ignore_index=-100):
+        return make_shift()(tgt, bos_id, eos_id, pad_id, -100)
+
+    def hard_coded_pad(tgt, bos_id, eos_id, pad_id, ignore_index=-100):
+        return make_shift()(tgt, bos_id, eos_id, 0, ignore_index)
+
+    check_shift_target(hard_coded_ignore)  # the visible cases use -100 and pad_id 0
+    with pytest.raises(CheckFailed, match=r"ignore_index hard-coded as -100"):
+        check_shift_target(hard_coded_ignore, hidden=True)
+    with pytest.raises(CheckFailed, match=r"pad_id hard-coded as 0"):
+        check_shift_target(hard_coded_pad, hidden=True)
 
 
 def test_shift_target_catches_the_hidden_edge_cases():
@@ -103,7 +154,7 @@ def test_shift_target_stub():
 
 def make_smoothed(others=False, padding="ignored", target_only=False, no_one_minus=False, vocab_sum=False,
                   no_smoothing=False, position_sum=False, smooth_all_positions=False, log_of_softmax=False,
-                  detach=False, in_place=False):
+                  detach=False, in_place=False, softmax_axis=-1, negated=False, mean_of_sentence_means=False):
     """A per-position implementation (independent of torch's), with optional mistakes."""
 
     def loss(logits, labels, epsilon, ignore_index):
@@ -112,7 +163,7 @@ def make_smoothed(others=False, padding="ignored", target_only=False, no_one_min
         if log_of_softmax:
             log_p = torch.log(torch.softmax(logits, dim=-1))
         else:
-            log_p = torch.log_softmax(logits, dim=-1)
+            log_p = torch.log_softmax(logits, dim=softmax_axis)
         vocab = logits.shape[-1]
         real = labels != ignore_index
         nll = -log_p.gather(-1, labels.clamp(min=0)[..., None]).squeeze(-1)
@@ -131,8 +182,12 @@ def make_smoothed(others=False, padding="ignored", target_only=False, no_one_min
             result = (per_position * real).sum() / real.numel()
         elif position_sum:
             result = per_position[real].sum()
+        elif mean_of_sentence_means:
+            result = torch.stack([row[keep].mean() for row, keep in zip(per_position, real)]).mean()
         else:
             result = per_position[real].mean()
+        if negated:
+            result = -result
         return result.detach() if detach else result
 
     return loss
@@ -166,6 +221,10 @@ def test_label_smoothing_accepts_correct_answers(capfd):
     (make_smoothed(log_of_softmax=True), r"log\(softmax\(z\)\) underflows"),
     (make_smoothed(detach=True), r"no gradient"),
     (make_smoothed(in_place=True), r"modified input #1 in place"),
+    (make_smoothed(softmax_axis=1), r"log-softmax over axis 1 instead of the vocabulary: take it over the last axis"),
+    (make_smoothed(softmax_axis=0), r"log-softmax over axis 0 instead of the vocabulary"),
+    (make_smoothed(negated=True), r"your output equals minus the loss: log p is negative"),
+    (make_smoothed(mean_of_sentence_means=True), r"the mean of each sentence's mean"),
 ])
 def test_label_smoothing_names_the_mistake(wrong, message):
     with pytest.raises(CheckFailed, match=message):
@@ -210,21 +269,31 @@ def test_label_smoothing_stub():
 # ----------------------------------------------------------------------------------------------
 
 
-def make_forward(causal=True, tgt_pad=True, enc_src_mask=True, cross="src", encoder_causal=False, pad_id=None):
+def make_forward(causal=True, tgt_pad=True, enc_src_mask=True, cross="src", encoder_causal=False, pad_id=None,
+                 combine="and", self_pad_from="tgt", src_embed="src", encode=True, output="logits"):
     def forward(model, src, tgt):
         pad = model.config.pad_id if pad_id is None else pad_id
         src_mask = padding_mask(src, pad)
         enc_mask = src_mask if enc_src_mask else None
         if encoder_causal:
             enc_mask = enc_mask & causal_mask(src.shape[1])
-        memory = model.encoder(model.src_embed(src), enc_mask)
+        embedded = (model.src_embed if src_embed == "src" else model.tgt_embed)(src)
+        memory = model.encoder(embedded, enc_mask) if encode else embedded
         self_mask = None
         if causal:
             self_mask = causal_mask(tgt.shape[1])
         if tgt_pad:
-            self_mask = padding_mask(tgt, pad) if self_mask is None else self_mask & padding_mask(tgt, pad)
+            pad_mask = padding_mask(tgt if self_pad_from == "tgt" else src, pad)
+            if self_mask is None:
+                self_mask = pad_mask
+            else:
+                self_mask = self_mask & pad_mask if combine == "and" else self_mask | pad_mask
         memory_mask = {"src": src_mask, "none": None, "tgt": padding_mask(tgt, pad)}[cross]
-        return model.output(model.decoder(model.tgt_embed(tgt), memory, self_mask, memory_mask))
+        hidden = model.decoder(model.tgt_embed(tgt), memory, self_mask, memory_mask)
+        if output == "hidden":
+            return hidden
+        logits = model.output(hidden)
+        return {"logits": logits, "softmax": logits.softmax(-1), "log_softmax": logits.log_softmax(-1)}[output]
 
     return forward
 
@@ -239,9 +308,17 @@ def test_forward_accepts_a_correct_answer(capfd):
     (make_forward(cross="none"), r"without the source padding mask in cross-attention"),
     (make_forward(enc_src_mask=False), r"without the source padding mask in the encoder"),
     (make_forward(encoder_causal=True), r"causal mask in the encoder"),
-    (make_forward(tgt_pad=False), r"only at padded target positions"),
+    (make_forward(tgt_pad=False), r"your output equals the logits with the causal mask alone \(they differ only at "
+                                  r"padded target positions\): combine"),
     (make_forward(causal=False, tgt_pad=False, enc_src_mask=False, cross="none"), r"no masks at all"),
     (make_forward(cross="tgt"), r"cross-attention mask built from the target"),
+    (make_forward(combine="or"), r"causal and target padding masks combined with \| \(or\)"),
+    (make_forward(self_pad_from="src"), r"self-attention masked by the source padding"),
+    (make_forward(src_embed="tgt"), r"source embedded by model.tgt_embed"),
+    (make_forward(encode=False), r"source embeddings as the decoder's memory: run model.encoder"),
+    (make_forward(output="hidden"), r"the decoder's output \(2, 6, 16\), \(B, T, d_model\): apply model.output"),
+    (make_forward(output="softmax"), r"your output equals the softmax of the logits"),
+    (make_forward(output="log_softmax"), r"your output equals the log-softmax of the logits"),
 ])
 def test_forward_names_the_mistake(wrong, message):
     with pytest.raises(CheckFailed, match=message):
@@ -279,11 +356,12 @@ def test_forward_stub():
 # ----------------------------------------------------------------------------------------------
 
 
-def make_greedy(feed="all", position=-1, stop=True, keep_bos=True, keep_eos=True, batch_dim=False):
+def make_greedy(feed="all", position=-1, stop=True, keep_bos=True, keep_eos=True, batch_dim=False, start="bos",
+                extra_rounds=0):
     def greedy(model, src, bos_id, eos_id, max_new_tokens):
         memory, src_mask = model.encode(src[None])
-        ys = [bos_id]
-        for _ in range(max_new_tokens):
+        ys = [{"bos": bos_id, "zero": 0, "eos": eos_id}[start]]
+        for _ in range(max_new_tokens + extra_rounds):
             seen = {"all": ys, "bos": ys[:1], "last": ys[-1:]}[feed]
             logits = model.decode(torch.tensor([seen]), memory, src_mask)
             next_id = int(logits[0, position].argmax())
@@ -310,6 +388,9 @@ def test_greedy_accepts_a_correct_answer(capfd):
     (make_greedy(keep_bos=False), r"without its leading <bos>"),
     (make_greedy(keep_eos=False), r"without its final <eos>"),
     (make_greedy(batch_dim=True), r"return a 1-D tensor"),
+    (make_greedy(start="zero"), r"starts from id 0 \(<pad>\) instead of <bos>"),
+    (make_greedy(start="eos"), r"starts from <eos> instead of <bos>"),
+    (make_greedy(extra_rounds=1), r"one token longer than max_new_tokens allows"),
 ])
 def test_greedy_names_the_mistake(wrong, message):
     with pytest.raises(CheckFailed, match=message):

@@ -35,11 +35,13 @@ LAYERS = ("recurrent", "self-attention", "convolution")
 
 
 def _loop(x: Tensor, w_xh: Tensor, w_hh: Tensor, b: Tensor, h: Tensor, *, recur: bool = True, act=torch.tanh,
-          store_before: bool = False, transpose: bool = False) -> Tensor:
+          store_before: bool = False, transpose: bool = False, previous_input: bool = False,
+          bias: bool = True) -> Tensor:
     states = []
     w = w_hh.T if transpose else w_hh
     for t in range(x.shape[1]):
-        new = act(x[:, t] @ w_xh + (h @ w if recur else 0) + b)
+        x_t = x[:, t - 1] if previous_input else x[:, t]  # x[:, t - 1]: step 0 reads x[:, -1], the last input
+        new = act(x_t @ w_xh + (h @ w if recur else 0) + (b if bias else 0))
         states.append(h if store_before else new)
         h = new
     return torch.stack(states, dim=1)
@@ -71,6 +73,13 @@ def check_rnn_forward(learner_fn, hidden: bool = False) -> None:
                 _loop(x, w_xh, w_hh, b, start, transpose=True),
             "the sequence read backwards: step t = 0, 1, …, T - 1 in order":
                 _loop(x.flip(1), w_xh, w_hh, b, start).flip(1),
+            "the recurrence reading the *previous* step's input (x[:, t - 1], so step 0 reads the last one): "
+            "step t reads x[:, t]": _loop(x, w_xh, w_hh, b, start, previous_input=True),
+            "the recurrence without the bias b: h_t = tanh(x_t W_xh + h_{t-1} W_hh + b)":
+                _loop(x, w_xh, w_hh, b, start, bias=False),
+            "the last state h_T at every position: the list holds one tensor changed in place each step — "
+            "make a new one each step, h = torch.tanh(...), not h[:] = or h.copy_(...)":
+                expected[:, -1:].expand(batch, length, d_hidden),
         }
         if h0 is not None:
             mistakes["the recurrence started from zeros: start from h0 when it is given"] = \
@@ -86,6 +95,16 @@ def check_rnn_forward(learner_fn, hidden: bool = False) -> None:
         if isinstance(actual, Tensor) and actual.shape == (batch, d_hidden) and length > 1:
             raise CheckFailed(f"rnn_forward returned only one state {tuple(actual.shape)}: return every state, "
                               f"shape (B, T, H) = {(batch, length, d_hidden)}")
+        if isinstance(actual, Tensor) and actual.shape == (batch, length + 1, d_hidden):
+            raise CheckFailed(f"rnn_forward returned T + 1 states {tuple(actual.shape)}: the initial state is not "
+                              f"one of them, return h_1 … h_T, shape (B, T, H) = {(batch, length, d_hidden)}")
+        if isinstance(actual, Tensor) and actual.shape == (batch, length - 1, d_hidden):
+            raise CheckFailed(f"rnn_forward returned T - 1 states {tuple(actual.shape)}: the loop must visit every "
+                              f"step, for t in range(T), shape (B, T, H) = {(batch, length, d_hidden)}")
+        if isinstance(actual, Tensor) and actual.shape == (length, batch, d_hidden) and batch != length \
+                and _close(actual.detach(), expected.transpose(0, 1), 1e-5, 1e-4):
+            raise CheckFailed(f"rnn_forward returned the states stacked along dim 0, (T, B, H) = "
+                              f"{tuple(actual.shape)}: stack them along dim=1, (B, T, H)")
         compare(actual, expected, f"states for x {tuple(x.shape)}, H={d_hidden}" + (" with h0" if with_h0 else ""),
                 mistakes, atol=1e-5, rtol=1e-4)
     passed(f"rnn_forward equals torch's nn.RNN on {len(cases)} inputs" + hidden_note(hidden))
@@ -101,15 +120,18 @@ GATE_NAMES = {"i": "input gate i", "f": "forget gate f", "o": "output gate o"}
 def _lstm_step(x: Tensor, h: Tensor, c: Tensor, w_xh: Tensor, w_hh: Tensor, b: Tensor, *, order: str = "ifgo",
                tanh_gate: str = "", sigmoid_candidate: bool = False, forget_on_input: bool = False,
                no_input_gate: bool = False, tanh_on_cell: bool = True, old_cell_for_h: bool = False,
-               recur: bool = True) -> tuple[Tensor, Tensor]:
+               recur: bool = True, bias: bool = True, gates_from_c: bool = False,
+               forget_h: bool = False) -> tuple[Tensor, Tensor]:
     """One LSTM step with one usual mistake switched on. `order`: which gate each chunk is read as."""
-    chunks = dict(zip(order, (x @ w_xh + (h @ w_hh if recur else 0) + b).chunk(4, dim=-1)))
+    state = c if gates_from_c else h
+    chunks = dict(zip(order, (x @ w_xh + (state @ w_hh if recur else 0) + (b if bias else 0)).chunk(4, dim=-1)))
     i, f, o = (torch.tanh(chunks[k]) if k == tanh_gate else torch.sigmoid(chunks[k]) for k in "ifo")
     g = torch.sigmoid(chunks["g"]) if sigmoid_candidate else torch.tanh(chunks["g"])
+    kept = h if forget_h else c  # what the forget gate scales
     if forget_on_input:
-        c_next = i * c + f * g
+        c_next = i * kept + f * g
     else:
-        c_next = f * c + (g if no_input_gate else i * g)
+        c_next = f * kept + (g if no_input_gate else i * g)
     cell = c if old_cell_for_h else c_next
     return o * (torch.tanh(cell) if tanh_on_cell else cell), c_next
 
@@ -138,6 +160,12 @@ def _lstm_mistakes(x: Tensor, h: Tensor, c: Tensor, w_xh: Tensor, w_hh: Tensor, 
             _lstm_step(*args, no_input_gate=True)[0],
         "the cell without the recurrent term h @ w_hh: the gates read the previous h too":
             _lstm_step(*args, recur=False)[0],
+        "the cell without the bias b: every gate's pre-activation is x @ w_xh + h @ w_hh + b":
+            _lstm_step(*args, bias=False)[0],
+        "the cell with its gates computed from c @ w_hh: the recurrent term reads the hidden state h, not the cell c":
+            _lstm_step(*args, gates_from_c=True)[0],
+        "the cell with the forget gate applied to h (c' = f * h + i * g): f scales the old *cell* c":
+            _lstm_step(*args, forget_h=True)[0],
     })
     return mistakes
 
@@ -199,6 +227,10 @@ def _path_mistakes(i: int, j: int, layer: str, k: int) -> dict[str, int]:
             ("convolution", math.ceil(d / k)),
         "rounds the number of convolution layers down: a window that is short by one position needs "
         "one more layer (round up)": ("convolution", d // (k - 1)),
+        "rounds up with d // (k - 1) + 1: when the distance is a multiple of k - 1 that is one layer too "
+        "many (math.ceil(d / (k - 1)))": ("convolution", d // (k - 1) + 1 if d else 0),
+        "ignores kernel_size for the convolution (a kernel of 3 whatever it is): each layer widens the "
+        "window by kernel_size - 1": ("convolution", math.ceil(d / 2)),
     }
     return {name: (value if rule_layer == layer else right) for name, (rule_layer, value) in rules.items()}
 
@@ -268,6 +300,26 @@ def check_recall_batch(learner_fn, hidden: bool = False) -> None:
             "a batch drawn in another order: draw the keys first, then the distractors":
                 torch.cat([swapped_k[:, None], swapped_d], dim=1),
         }
+        g = gen()
+        keys = torch.randint(0, n_keys, (batch,), generator=g)
+        overwritten = torch.randint(n_keys, n_keys + n_distractors, (batch, length), generator=g)
+        overwritten[:, 0] = keys
+        x_mistakes["a batch of `length` distractors whose first one is overwritten by the key: draw "
+                   "(batch_size, length - 1) distractors and put the key in front"] = overwritten
+        if n_keys > 1:  # torch.randint's upper end is exclusive: "- 1" leaves a symbol out
+            g = gen()
+            keys = torch.randint(0, n_keys - 1, (batch,), generator=g)
+            rest = torch.randint(n_keys, n_keys + n_distractors, (batch, length - 1), generator=g)
+            x_mistakes["a batch whose keys are drawn from [0, n_keys - 1): torch.randint's high is exclusive, "
+                       "so torch.randint(0, n_keys, ...) already includes n_keys - 1"] = \
+                torch.cat([keys[:, None], rest], dim=1)
+        if n_distractors > 1:
+            g = gen()
+            keys = torch.randint(0, n_keys, (batch,), generator=g)
+            rest = torch.randint(n_keys, n_keys + n_distractors - 1, (batch, length - 1), generator=g)
+            x_mistakes["a batch whose distractors are drawn from [n_keys, n_keys + n_distractors - 1): "
+                       "torch.randint's high is exclusive, so use n_keys + n_distractors"] = \
+                torch.cat([keys[:, None], rest], dim=1)
         what = f"make_recall_batch({batch}, length={length}, n_keys={n_keys}, n_distractors={n_distractors})"
         with off_limits(RECALL_OFF_LIMITS, "recall batch", learner_namespaces(learner_fn)):
             result = call_learner(what, learner_fn, batch, length, n_keys, n_distractors, gen())
@@ -282,6 +334,9 @@ def check_recall_batch(learner_fn, hidden: bool = False) -> None:
             raise CheckFailed(f"{what}: two calls with equally seeded generators gave different batches: draw "
                               f"every random number with generator=generator")
         compare(x, x_ref, f"{what}: x", x_mistakes, atol=0, rtol=0)
+        if isinstance(y, Tensor) and y.shape == (batch, 1):
+            raise CheckFailed(f"{what}: y has shape {tuple(y.shape)}, the keys as a column: return them as "
+                              f"shape (batch_size,) = {tuple(y_ref.shape)}")
         compare(y, y_ref, f"{what}: y", {"the last token of x: y is the key, the *first* token":
                                           x_ref[:, -1]} if length > 1 else {}, atol=0, rtol=0)
     passed(f"make_recall_batch matches the reference on {len(cases)} batches"

@@ -17,8 +17,8 @@ from torch import Tensor
 from ..attention import causal_mask, padding_mask
 from ..decoding import translate
 from ..models import Transformer, TransformerConfig
-from .core import (isolated, CheckFailed, call_learner, compare, expect_unchanged, hidden_note, learner_namespaces,
-                   off_limits, passed)
+from .core import (isolated, CheckFailed, _close, call_learner, compare, expect_unchanged, hidden_note,
+                   learner_namespaces, off_limits, passed)
 
 SHIFT_OFF_LIMITS = ["tfcourse.training.translation.shift_target"]
 FORWARD_OFF_LIMITS = [
@@ -80,6 +80,12 @@ def check_shift_target(learner_fn, hidden: bool = False) -> None:
         expected_labels = with_eos.masked_fill(with_eos == pad_id, ignore)
         no_eos = torch.cat([tgt, pad_col], dim=1)
         eos_after_padding = torch.cat([tgt, torch.full((batch, 1), eos)], dim=1)
+        eos_on_last_word = torch.cat([tgt, pad_col], dim=1)
+        eos_on_last_word[rows, n - 1] = eos  # column n - 1: over the last word (an empty row: the last column)
+        eos_in_every_row = torch.cat([tgt, pad_col], dim=1)
+        eos_in_every_row[:, n] = eos  # labels[:, lengths] = eos_id: every row gets every row's <eos> column
+        masked_before_cat = torch.cat([tgt.masked_fill(tgt == pad_id, ignore), pad_col], dim=1)
+        masked_before_cat[rows, n] = eos  # padding replaced before the extra column was added
         input_mistakes = {
             "the labels (y1 … yn <eos>): the decoder input must be shifted right with <bos> first, "
             "otherwise position t reads the very word it has to predict": with_eos,
@@ -87,6 +93,23 @@ def check_shift_target(learner_fn, hidden: bool = False) -> None:
             "to predict": no_eos,
             "the target shifted *left* (y2 … yn): shift it right instead, <bos> first":
                 torch.cat([tgt[:, 1:], pad_col, pad_col], dim=1),
+            "the target not shifted, with <bos> at the *end* (y1 … yn <pad> … <bos>): shifting right puts "
+            "<bos> in front, torch.cat([bos, tgt], dim=1)": torch.cat([tgt, bos_col], dim=1),
+            "the labels, ignore_index included (y1 … yn <eos> ignore …): the decoder input is the target "
+            "shifted right, <bos> y1 … yn <pad> …, not the labels": expected_labels,
+            "the target shifted right with <pad> in front: the first column is <bos>":
+                torch.cat([pad_col, tgt], dim=1),
+            "the decoder input with ignore_index in place of <pad>: only the labels get ignore_index, the "
+            "decoder input keeps its <pad> ids (an embedding cannot look up ignore_index)":
+                expected_in.masked_fill(expected_in == pad_id, ignore),
+        }
+        # Mistakes of another shape than (B, T + 1): named before the shapes are compared.
+        input_shape_mistakes = {
+            "tgt itself, not shifted: the decoder input is <bos> followed by the whole row, (B, T + 1) — "
+            "torch.cat([bos, tgt], dim=1)": tgt,
+            "<bos> followed by tgt without its last column (lesson 06's shift_right): here both outputs are "
+            "one column *wider* than tgt, so keep every column — torch.cat([bos, tgt], dim=1)":
+                torch.cat([bos_col, tgt[:, :-1]], dim=1),
         }
         label_mistakes = {
             "the labels without <eos>: the model would never learn to stop":
@@ -96,7 +119,22 @@ def check_shift_target(learner_fn, hidden: bool = False) -> None:
             "the labels with <pad> left in: replace padding by ignore_index so it is not scored": with_eos,
             "the decoder input (<bos> y1 …): the labels are the target *not* shifted, ending in <eos>":
                 expected_in.masked_fill(expected_in == pad_id, ignore),
+            "the labels with <eos> written *over* each row's last word (column n - 1): a row of n words has "
+            "its <eos> in column n, right after yn": eos_on_last_word.masked_fill(eos_on_last_word == pad_id, ignore),
+            "the labels with every row's <eos> column set in *every* row (labels[:, lengths] = eos_id): give "
+            "one row index per column, labels[torch.arange(B), lengths] = eos_id":
+                eos_in_every_row.masked_fill(eos_in_every_row == pad_id, ignore),
+            "the labels with <pad> left in their extra last column: replace padding by ignore_index *after* "
+            "adding that column": masked_before_cat,
         }
+        if ignore != -100:
+            label_mistakes["the labels with ignore_index hard-coded as -100: use the ignore_index argument"] = \
+                with_eos.masked_fill(with_eos == pad_id, -100)
+        if pad_id != 0:
+            zero_pad = torch.cat([tgt, torch.zeros(batch, 1, dtype=tgt.dtype)], dim=1)
+            zero_pad[rows, (tgt != 0).sum(dim=1)] = eos
+            label_mistakes["the labels with pad_id hard-coded as 0: count the words and find the padding with "
+                           "the pad_id argument"] = zero_pad.masked_fill(zero_pad == 0, ignore)
         tgt_before = tgt.clone()
         with off_limits(SHIFT_OFF_LIMITS, "teacher-forcing batch", learner_namespaces(learner_fn)):
             result = call_learner("shift_target(tgt, bos_id, eos_id, pad_id, ignore_index)", learner_fn,
@@ -105,6 +143,7 @@ def check_shift_target(learner_fn, hidden: bool = False) -> None:
         if not (isinstance(result, tuple) and len(result) == 2):
             raise CheckFailed(f"shift_target must return a pair (decoder_input, labels), got {type(result).__name__}")
         what = f"for tgt of shape {tuple(tgt.shape)} with row lengths {lengths}"
+        _name_mistake(result[0], input_shape_mistakes, f"decoder_input {what}")
         compare(result[0], expected_in, f"decoder_input {what}", input_mistakes, atol=0, rtol=0)
         compare(result[1], expected_labels, f"labels {what}", label_mistakes, atol=0, rtol=0)
     passed(f"shift_target builds decoder inputs and labels on {len(cases)} batches"
@@ -160,7 +199,17 @@ def _smoothing_mistakes(logits: Tensor, labels: Tensor, epsilon: float, ignore: 
             ((1 - epsilon) * nll + epsilon * sum_all)[real].mean(),
         "plain cross-entropy, without label smoothing (ε ignored)": nll[real].mean(),
         "the *sum* over the real positions instead of their mean": right[real].sum(),
+        "minus the loss: log p is negative, the loss is −log p": -right[real].mean(),
     }
+    for axis in range(logits.dim() - 1):  # the log-softmax over an axis that is not the vocabulary
+        wrong = torch.log_softmax(logits.double(), dim=axis)
+        wrong_nll = -wrong.gather(-1, labels.masked_fill(~real, 0)[..., None]).squeeze(-1)
+        mistakes[f"the loss with the log-softmax over axis {axis} instead of the vocabulary: take it over the "
+                 "last axis, dim=-1"] = ((1 - epsilon) * wrong_nll - epsilon * wrong.mean(dim=-1))[real].mean()
+    if labels.dim() >= 2 and bool(real.flatten(1).any(dim=1).all()):
+        per_row = (right * real).flatten(1).sum(dim=1) / real.flatten(1).sum(dim=1)  # each sentence's mean
+        mistakes["the mean of each sentence's mean: average over all real positions at once, so that every "
+                 "position counts the same"] = per_row.mean()
     return {description: value.to(logits.dtype) for description, value in mistakes.items()}
 
 
@@ -254,9 +303,12 @@ def check_encoder_decoder_forward(learner_fn, hidden: bool = False) -> None:
             expected = model(src, tgt)
             src_mask, tgt_pad, causal = padding_mask(src, pad_id), padding_mask(tgt, pad_id), causal_mask(t)
 
-            def run(enc_mask, self_mask, mem_mask):
-                memory = model.encoder(model.src_embed(src), enc_mask)
-                return model.output(model.decoder(model.tgt_embed(tgt), memory, self_mask, mem_mask))
+            def run(enc_mask, self_mask, mem_mask, src_embed=model.src_embed, encode=True, output=True):
+                memory = src_embed(src)
+                if encode:
+                    memory = model.encoder(memory, enc_mask)
+                hidden = model.decoder(model.tgt_embed(tgt), memory, self_mask, mem_mask)
+                return model.output(hidden) if output else hidden
 
             mistakes = {
                 "the logits *without* the causal mask: each target position sees the words after it "
@@ -269,23 +321,42 @@ def check_encoder_decoder_forward(learner_fn, hidden: bool = False) -> None:
                     run(None, causal & tgt_pad, src_mask),
                 "the logits with a causal mask in the encoder: the encoder may see the whole source":
                     run(src_mask & causal_mask(s), causal & tgt_pad, src_mask),
-                "the logits differ from the reference only at padded target positions: combine the "
-                "causal mask with the target padding mask (causal & padding)": run(src_mask, causal, src_mask),
+                "the logits with the causal mask alone (they differ only at padded target positions): combine "
+                "the causal mask with the target padding mask (causal & padding)": run(src_mask, causal, src_mask),
                 "the logits with no masks at all": run(None, None, None),
+                "the logits with the causal and target padding masks combined with | (or): a position may "
+                "attend only where both allow it, causal & padding": run(src_mask, causal | tgt_pad, src_mask),
+                "the logits with the source embedded by model.tgt_embed: the English ids take model.src_embed, "
+                "each language has its own embedding": run(src_mask, causal & tgt_pad, src_mask,
+                                                           src_embed=model.tgt_embed),
+                "the logits with the source *embeddings* as the decoder's memory: run model.encoder on them "
+                "first, memory is its output": run(src_mask, causal & tgt_pad, src_mask, encode=False),
+                "the softmax of the logits: return the logits themselves (the loss applies the softmax)":
+                    expected.softmax(dim=-1),
+                "the log-softmax of the logits: return the logits themselves (the loss applies the softmax)":
+                    expected.log_softmax(dim=-1),
             }
             if s == t:
                 mistakes["the logits with the cross-attention mask built from the *target*: the keys of "
                          "cross-attention are source positions, so mask them with padding_mask(src)"] = \
                     run(src_mask, causal & tgt_pad, tgt_pad)
+                mistakes["the logits with the decoder's self-attention masked by the *source* padding: its keys "
+                         "are target positions, so causal_mask(T) & padding_mask(decoder_input, pad_id)"] = \
+                    run(src_mask, causal & src_mask, src_mask)
+            hidden_states = run(src_mask, causal & tgt_pad, src_mask, output=False)  # (B, T, d_model)
         before = [src.clone(), tgt.clone()]
         with off_limits(FORWARD_OFF_LIMITS, "encoder–decoder forward pass", learner_namespaces(learner_fn)):
             with torch.no_grad():
                 actual = call_learner("encoder_decoder_forward(model, src, decoder_input)", learner_fn,
                                       model, src, tgt)
         expect_unchanged(before, [src, tgt], "encoder_decoder_forward")
-        compare(actual, expected, f"logits for src {tuple(src.shape)}, decoder_input {tuple(tgt.shape)}"
-                + (" (pre-LN model)" if norm_first else "") + (f" (pad_id={pad_id})" if pad_id else ""),
-                mistakes, atol=1e-5, rtol=1e-4)
+        what = (f"logits for src {tuple(src.shape)}, decoder_input {tuple(tgt.shape)}"
+                + (" (pre-LN model)" if norm_first else "") + (f" (pad_id={pad_id})" if pad_id else ""))
+        if isinstance(actual, Tensor) and actual.shape != expected.shape \
+                and _close(actual.detach(), hidden_states, 1e-5, 1e-4):
+            raise CheckFailed(f"{what}: your output equals the decoder's output {tuple(hidden_states.shape)}, "
+                              f"(B, T, d_model): apply model.output to get the logits (B, T, tgt_vocab_size)")
+        compare(actual, expected, what, mistakes, atol=1e-5, rtol=1e-4)
     passed(f"encoder_decoder_forward equals Transformer.forward on {len(cases)} batches"
            + hidden_note(hidden))
 
@@ -296,11 +367,12 @@ def check_encoder_decoder_forward(learner_fn, hidden: bool = False) -> None:
 
 
 def _greedy_variant(model: Transformer, src: Tensor, bos: int, eos: int, max_new: int, *, feed_back: str = "all",
-                    stop: bool = True) -> Tensor:
+                    stop: bool = True, start: int | None = None) -> Tensor:
     """Greedy decoding without a cache, and the usual ways to get it wrong.
-    feed_back: "all" (right), "none" (the input stays <bos>), "last" (only the newest token goes in)."""
+    feed_back: "all" (right), "none" (the input stays <bos>), "last" (only the newest token goes in);
+    start: the id the decoding starts from, when it is not <bos>."""
     memory, src_mask = model.encode(src[None, :])
-    out = torch.tensor([[bos]])
+    out = torch.tensor([[bos if start is None else start]])
     for _ in range(max_new):
         decoder_input = {"all": out, "none": out[:, :1], "last": out[:, -1:]}[feed_back]
         next_id = model.decode(decoder_input, memory, src_mask)[:, -1].argmax(-1)  # (1,)
@@ -342,6 +414,21 @@ def _greedy_case(start: int, src_len: int, max_new: int, bos: int, eos: int, nee
             outputs = list(mistakes.values())
             apart = all(not torch.equal(a, b) for i, a in enumerate(outputs) for b in outputs[i + 1:])
             if (len(distinct) == len(mistakes) and apart) or not needs_eos:
+                # Named too where they differ from the answer and from every mistake above (they are
+                # not part of the search, so that the seeds found stay the same).
+                extras = {
+                    "decoding that starts from id 0 (<pad>) instead of <bos>: the decoder's first input is "
+                    "bos_id, torch.tensor([[bos_id]])":
+                        _greedy_variant(model, src, bos, eos, max_new, start=model.config.pad_id),
+                    "decoding that starts from <eos> instead of <bos>: the decoder's first input is bos_id":
+                        _greedy_variant(model, src, bos, eos, max_new, start=eos),
+                    "a translation one token longer than max_new_tokens allows: at most max_new_tokens ids "
+                    "come after <bos>, so loop range(max_new_tokens) times":
+                        translate(model, src[None, :], bos, eos, max_new + 1)[0],
+                }
+                for description, wrong in extras.items():
+                    if not any(torch.equal(wrong, other) for other in (expected, *distinct.values())):
+                        distinct[description] = wrong
                 return model, src, expected, distinct
     raise RuntimeError("no suitable random model found for the greedy-decoding check")
 
