@@ -420,7 +420,7 @@ def test_mha_queries_from_memory_and_bad_parameters():
             super().__init__()
             self.qkv = nn.Linear(d_model, 3 * d_model)
 
-    with pytest.raises(CheckFailed, match="four nn.Linear"):
+    with pytest.raises(CheckFailed, match=r"four nn.Linear.*or one w_qkv"):
         check_multi_head_attention(OneProjection)
 
     class ReturnsWeights(MHA):
@@ -429,6 +429,50 @@ def test_mha_queries_from_memory_and_bad_parameters():
 
     with pytest.raises(CheckFailed, match="return only the output tensor"):
         check_multi_head_attention(ReturnsWeights)
+
+
+class FusedMHA(nn.Module):
+    """nanoGPT's layout under the lesson's names: one w_qkv whose output splits as q | k | v, and w_o."""
+
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.n_heads = n_heads
+        self.w_qkv = nn.Linear(d_model, 3 * d_model)
+        self.w_o = nn.Linear(d_model, d_model)
+
+    def forward(self, x, memory=None, mask=None):
+        d_model = x.shape[-1]
+        w_q, w_kv = self.w_qkv.weight.split([d_model, 2 * d_model])
+        b_q, b_kv = self.w_qkv.bias.split([d_model, 2 * d_model])
+        q = nn.functional.linear(x, w_q, b_q)
+        k, v = nn.functional.linear(x if memory is None else memory, w_kv, b_kv).split(d_model, dim=-1)
+        out, _ = sdpa(split(q, self.n_heads), split(k, self.n_heads), split(v, self.n_heads), mask)
+        return self.w_o(merge(out))
+
+
+def test_mha_in_the_fused_layout_passes(capfd):
+    _passes(check_multi_head_attention, FusedMHA, capfd=capfd)
+
+
+def test_mha_in_the_fused_layout_with_a_wrong_width_is_one_line():
+    class TooNarrow(FusedMHA):
+        def __init__(self, d_model, n_heads):
+            super().__init__(d_model, n_heads)
+            self.w_qkv = nn.Linear(d_model, 2 * d_model)
+
+    with pytest.raises(CheckFailed, match=r"^TooNarrow\(16, 4\): w_qkv.weight has shape \(32, 16\), expected "
+                                          r"\(48, 16\) \(four nn.Linear"):
+        check_multi_head_attention(TooNarrow)
+
+
+def test_mha_with_a_linear_of_the_wrong_size_is_one_line():
+    class WideValues(MHA):
+        def __init__(self, d_model, n_heads):
+            super().__init__(d_model, n_heads)
+            self.w_v = nn.Linear(d_model, 2 * d_model)
+
+    with pytest.raises(CheckFailed, match=r"^WideValues\(16, 4\): w_v.weight has shape \(32, 16\), expected \(16, 16\)"):
+        check_multi_head_attention(WideValues)
 
 
 def test_mha_off_limits_and_stub():

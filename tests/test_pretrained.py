@@ -11,7 +11,9 @@ import pytest
 import torch
 from torch import nn
 
+from tfcourse.attention import MultiHeadAttention, scaled_dot_product_attention
 from tfcourse.decoding import generate
+from tfcourse.layouts import project_qkv
 from tfcourse.ffn import ACTIVATIONS, gelu_tanh
 from tfcourse.models import GPT, GPTConfig, count_parameters
 from tfcourse.pretrained import (GPT2_FILES, convert_gpt2_attention, find_gpt2, gpt2_config, gpt2_from_state_dict,
@@ -145,6 +147,31 @@ def test_loads_into_the_gpt_of_lesson_06():
     ids = torch.randint(0, 61, (2, 12))
     with torch.no_grad():
         torch.testing.assert_close(mini(ids), hf(ids).logits, atol=1e-10, rtol=1e-10)
+
+
+class FusedAttention(MultiHeadAttention):
+    """The course's attention in nanoGPT's layout: one w_qkv (d, 3d) whose output splits as q | k | v."""
+
+    def __init__(self, d_model, n_heads, *args, **kwargs):
+        super().__init__(d_model, n_heads, *args, **kwargs)
+        del self.w_q, self.w_k, self.w_v
+        self.w_qkv = nn.Linear(d_model, 3 * d_model)
+
+    def forward(self, x, memory=None, mask=None, cache=None, return_weights=False, is_causal=False):
+        q, k, v = (self.split_heads(t) for t in project_qkv(self, x, memory))  # (B, n_heads, T, d_head) each
+        out, _ = scaled_dot_product_attention(q, k, v, mask)
+        return self.w_o(self.merge_heads(out))
+
+
+def test_loads_into_a_gpt_whose_attention_is_fused():
+    hf, config = tiny_gpt2()
+    gpt = GPT(gpt2_config(config)).double()
+    for layer in gpt.blocks.layers:
+        layer.self_attn = FusedAttention(32, 4).double()
+    load_gpt2_state_dict(gpt, hf.state_dict()).eval()
+    ids = torch.randint(0, 61, (2, 12))
+    with torch.no_grad():
+        torch.testing.assert_close(gpt(ids), hf(ids).logits, atol=1e-10, rtol=1e-10)
 
 
 def test_a_model_with_other_parameters_gets_one_clear_error():

@@ -41,6 +41,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from .layouts import in_layout_of
 from .models import GPTConfig
 from .validation import expect_tensor, shape_str
 
@@ -164,6 +165,7 @@ def _listed(names: list[str], limit: int = 6) -> str:
 
 def load_gpt2_state_dict(model: nn.Module, state_dict: Mapping[str, Tensor]) -> nn.Module:
     """Copy GPT-2's weights into `model`, whose parameter names follow tfcourse's GPT; returns `model`.
+    Its attention may keep q, k, v in three nn.Linear or one fused w_qkv (tfcourse.layouts).
 
     Every parameter of `model` must receive a tensor of its own shape, and every GPT-2 tensor must
     find a parameter: otherwise a ValueError names the missing, unexpected and mis-shaped ones.
@@ -171,7 +173,7 @@ def load_gpt2_state_dict(model: nn.Module, state_dict: Mapping[str, Tensor]) -> 
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
-    converted = gpt2_to_course(state_dict)
+    converted = in_layout_of(model, gpt2_to_course(state_dict))  # fused where the model's attention fuses q, k, v
     ours = model.state_dict()
     parameters = {name for name, _ in model.named_parameters(remove_duplicate=False)}
     missing = sorted(parameters - set(converted))

@@ -19,7 +19,9 @@ from torch import Tensor, nn
 
 from ..attention import (MultiHeadAttention, causal_mask, merge_heads, padding_mask, scaled_dot_product_attention,
                          split_heads)
-from .core import (isolated, composite, CheckFailed, call_learner, compare, expect_portable, expect_unchanged, hidden_note, learner_namespaces,
+from ..layouts import in_layout_of
+from ..validation import shape_str
+from .core import (isolated, composite, CheckFailed, call_learner, compare, expect_portable, expect_unchanged, hidden_note, learner_namespaces, load_state,
                    off_limits, passed)
 
 # While a check runs, the answer for that exercise and the matching torch built-ins are off-limits.
@@ -48,10 +50,6 @@ MHA_OFF_LIMITS = [
 ]
 
 
-def _shape(shape: Any) -> str:
-    return "(" + ", ".join(str(s) for s in shape) + ")"
-
-
 # ----------------------------------------------------------------------------------------------
 # Why √d_k: the variance of a dot product
 # ----------------------------------------------------------------------------------------------
@@ -60,7 +58,7 @@ def _shape(shape: Any) -> str:
 def _as_float(value: Any, what: str) -> float:
     if isinstance(value, Tensor):
         if value.numel() != 1:
-            raise CheckFailed(f"{what}: expected one number, got a tensor of shape {_shape(value.shape)}")
+            raise CheckFailed(f"{what}: expected one number, got a tensor of shape {shape_str(value)}")
         value = value.item()
     if isinstance(value, (bool, str)) or not isinstance(value, (int, float, np.number)):
         raise CheckFailed(f"{what}: expected a Python float, got {type(value).__name__}")
@@ -332,7 +330,7 @@ def check_causal_mask(learner_fn: Callable, hidden: bool = False) -> None:
                 raise CheckFailed(f"{what}: your mask is on {where}; create it on the given device (device=device "
                                   "in the tensor you build), so that on a GPU it sits next to the scores")
             if tuple(mask.shape) != (3, 5) or mask.dtype != torch.bool:
-                raise CheckFailed(f"{what}: expected a (3, 5) bool mask, got {_shape(mask.shape)} {mask.dtype}")
+                raise CheckFailed(f"{what}: expected a (3, 5) bool mask, got {shape_str(mask)} {mask.dtype}")
     passed(f"causal_mask matches the reference for {len(cases)} sizes, square and with a cache offset, on the "
            "device asked for" + hidden_note(hidden))
 
@@ -355,18 +353,18 @@ def check_padding_mask(learner_fn: Callable, hidden: bool = False) -> None:
     with off_limits(PADDING_MASK_OFF_LIMITS, "padding mask", learner_namespaces(learner_fn)):
         for ids, pad_id, expected in expectations:
             batch, length = ids.shape
-            what = f"padding_mask(ids of shape {_shape(ids.shape)}, pad_id={pad_id})"
+            what = f"padding_mask(ids of shape {shape_str(ids)}, pad_id={pad_id})"
             ids_before = ids.clone()
             mask = call_learner(what, learner_fn, ids, pad_id)
             expect_unchanged([ids_before], [ids], what)
             _expect_bool_mask(mask, what)
             if tuple(mask.shape) == (batch, length) and length > 1:
-                raise CheckFailed(f"{what}: got shape {_shape(mask.shape)}; add the head and query axes, "
-                                  f"(B, 1, 1, T) = {_shape(expected.shape)}, so it broadcasts over "
+                raise CheckFailed(f"{what}: got shape {shape_str(mask)}; add the head and query axes, "
+                                  f"(B, 1, 1, T) = {shape_str(expected)}, so it broadcasts over "
                                   "(B, n_heads, T_q, T_k)")
             if tuple(mask.shape) == (batch, 1, length, 1) and length > 1:
-                raise CheckFailed(f"{what}: got shape {_shape(mask.shape)}, which masks *queries*; padding "
-                                  f"hides *keys*, the last axis: (B, 1, 1, T) = {_shape(expected.shape)}")
+                raise CheckFailed(f"{what}: got shape {shape_str(mask)}, which masks *queries*; padding "
+                                  f"hides *keys*, the last axis: (B, 1, 1, T) = {shape_str(expected)}")
             inverted = "a mask that is True at the padding: True must mean *may attend*, so padding is False"
             compare(mask, expected, what, {inverted: ~expected})
     passed(f"padding_mask matches the reference on {len(cases)} batches" + hidden_note(hidden))
@@ -409,26 +407,26 @@ def check_split_merge_heads(learner_split: Callable, learner_merge: Callable, hi
         for x, n_heads, expected_split, split_mistakes, heads, expected_merge, merge_mistakes in cases:
             batch, length, d_model = x.shape
             d_head = d_model // n_heads
-            what = f"split_heads(x of shape {_shape(x.shape)}, n_heads={n_heads})"
+            what = f"split_heads(x of shape {shape_str(x)}, n_heads={n_heads})"
             x_before = x.clone()
             split = call_learner(what, learner_split, x, n_heads)
             expect_unchanged([x_before], [x], what)
             if isinstance(split, Tensor) and tuple(split.shape) == (batch, length, n_heads, d_head) != tuple(
                     expected_split.shape):
-                raise CheckFailed(f"{what}: got shape {_shape(split.shape)} = (B, T, n_heads, d_head); "
+                raise CheckFailed(f"{what}: got shape {shape_str(split)} = (B, T, n_heads, d_head); "
                                   "transpose(1, 2) to (B, n_heads, T, d_head)")
             compare(split, expected_split, what, split_mistakes)
 
-            what = f"merge_heads(x of shape {_shape(heads.shape)})"
+            what = f"merge_heads(x of shape {shape_str(heads)})"
             heads_before = heads.clone()
             merged = call_learner(what, learner_merge, heads)
             expect_unchanged([heads_before], [heads], what)
             if isinstance(merged, Tensor) and tuple(merged.shape) == (batch, length, d_head) and n_heads > 1:
-                raise CheckFailed(f"{what}: got shape {_shape(merged.shape)}: the heads were summed or averaged; "
+                raise CheckFailed(f"{what}: got shape {shape_str(merged)}: the heads were summed or averaged; "
                                   f"concatenate them into d_model = n_heads × d_head = {d_model}")
             compare(merged, expected_merge, what, merge_mistakes)
 
-            what = f"merge_heads(split_heads(x, {n_heads})) for x of shape {_shape(x.shape)}"
+            what = f"merge_heads(split_heads(x, {n_heads})) for x of shape {shape_str(x)}"
             round_trip = call_learner(what, lambda: learner_merge(learner_split(x, n_heads)))
             compare(round_trip, x, what + " should give x back")
     passed(f"split_heads and merge_heads match the reference on {len(cases)} shapes and invert each other"
@@ -493,6 +491,28 @@ def _mha_mistakes(ref: MultiHeadAttention, x: Tensor, memory: Tensor | None, mas
     return mistakes
 
 
+# The two layouts a learner may write (tfcourse.layouts): their parameters, and how to say so.
+LAYOUT_NAMES = {layout: sorted(f"{name}.{kind}" for name in names for kind in ("weight", "bias"))
+                for layout, names in (("separate", ("w_q", "w_k", "w_v", "w_o")), ("fused", ("w_qkv", "w_o")))}
+LAYOUTS_TEXT = ("four nn.Linear(d_model, d_model) named w_q, w_k, w_v, w_o, or one w_qkv = "
+                "nn.Linear(d_model, 3 * d_model) (output q | k | v) and w_o")
+
+
+def _expect_an_attention_layout(module: nn.Module, reference_state: dict[str, Tensor], build: str) -> dict[str, Tensor]:
+    """The reference's weights in the module's layout; one line naming the parameter when its
+    names or shapes fit neither layout."""
+    names = sorted(name for name, _ in module.named_parameters())
+    if names not in LAYOUT_NAMES.values():
+        raise CheckFailed(f"{build}: expected the parameters {LAYOUT_NAMES['separate']} or "
+                          f"{LAYOUT_NAMES['fused']} ({LAYOUTS_TEXT}), got {names}")
+    state = in_layout_of(module, reference_state)
+    for name, parameter in module.named_parameters():
+        if tuple(parameter.shape) != tuple(state[name].shape):
+            raise CheckFailed(f"{build}: {name} has shape {shape_str(parameter)}, expected {shape_str(state[name])} "
+                              f"({LAYOUTS_TEXT})")
+    return state
+
+
 def _mha_cases(hidden: bool) -> list[dict[str, Any]]:
     def causal(t: int) -> Tensor:
         return torch.ones(t, t, dtype=torch.bool).tril()
@@ -536,7 +556,6 @@ def check_multi_head_attention(learner_cls: type, hidden: bool = False) -> None:
             case["expected"] = reference(case["x"], case["memory"], mask=case["mask"])
             case["mistakes"] = _mha_mistakes(reference, case["x"], case["memory"], case["mask"])
         case["state"] = reference.state_dict()
-    expected_names = sorted(f"w_{p}.{kind}" for p in "qkvo" for kind in ("weight", "bias"))
     with off_limits(MHA_OFF_LIMITS, "multi-head attention", learner_namespaces(learner_cls)):
         for case in cases:
             d_model, n_heads, x, memory, mask, label = (case[key] for key in
@@ -545,15 +564,8 @@ def check_multi_head_attention(learner_cls: type, hidden: bool = False) -> None:
             module = call_learner(build, learner_cls, d_model, n_heads)
             if not isinstance(module, nn.Module):
                 raise CheckFailed(f"{learner_cls.__name__} must be an nn.Module subclass")
-            names = sorted(name for name, _ in module.named_parameters())
-            if names != expected_names:
-                raise CheckFailed(f"{build}: expected the parameters {expected_names} (four "
-                                  f"nn.Linear(d_model, d_model) named w_q, w_k, w_v, w_o), got {names}")
-            for name, parameter in module.named_parameters():
-                if tuple(parameter.shape) != tuple(case["state"][name].shape):
-                    raise CheckFailed(f"{build}: {name} has shape {_shape(parameter.shape)}, expected "
-                                      f"{_shape(case['state'][name].shape)}: each is nn.Linear(d_model, d_model)")
-            module.load_state_dict(case["state"], strict=False)  # extra buffers (e.g. a cached mask) are fine
+            state = _expect_an_attention_layout(module, case["state"], build)
+            load_state(module, state, build, strict=False)  # extra buffers (e.g. a cached mask) are fine
             module.eval()
             inputs = [t for t in (x, memory, mask) if t is not None]
             before = [t.clone() for t in inputs]
