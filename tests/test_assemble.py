@@ -129,6 +129,11 @@ def test_a_failing_component_falls_back_and_the_table_says_why(tmp_path):
     assert rows["cross-entropy"][0] == REFERENCE and "no notebook" in rows["cross-entropy"][1]
     for key in ("input layer", "multi-head attention", "encoder layer", "encoder stack"):
         assert rows[key][0] != REFERENCE, key
+    # The table says what the composites' own lines say: passed with the reference LayerNorm in place.
+    for key in ("encoder layer", "decoder layer", "encoder stack"):
+        assert rows[key][1] == ("its check passed with the reference LayerNorm in place "
+                                "(fix Exercise 1 (LayerNorm) first)"), rows[key]
+    assert rows["input layer"][1] == "its check passed"
     # The learner's own layers are built with the reference LayerNorm and FFN in place of theirs.
     config = your_gpt_config(vocab_size=11, max_len=8, d_model=16, n_heads=2, n_layers=2, dropout=0.0)
     model = parts.gpt(config).eval()

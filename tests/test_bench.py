@@ -37,6 +37,11 @@ def test_bench_main_prints_each_figure(capsys, monkeypatch):
     assert "6.0x faster" in out and f"torch {torch.__version__}" in out
 
 
+def test_bench_first_check_times_a_fresh_process():
+    report = bench.bench_first_check(repeats=1)
+    assert report["first"] > 0 and report["second"] > 0 and report["repeats"] == 1
+
+
 def test_the_plain_pytorch_baseline_is_the_same_size_as_the_course_gpt():
     from tfcourse.models import GPT, count_parameters
     from tfcourse.training.recipes import CPU_RECIPE

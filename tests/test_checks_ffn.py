@@ -104,6 +104,12 @@ class Stub(nn.Module):
         raise NotImplementedError()
 
 
+class SecondLayerBackwards(FeedForward):
+    def __init__(self, d_model, d_ff=None):
+        super().__init__(d_model, d_ff)
+        self.linear2 = nn.Linear(d_model, 4 * d_model if d_ff is None else d_ff)  # should map d_ff -> d_model
+
+
 def test_feed_forward_passes(capfd):
     assert_passes(check_feed_forward, FeedForward, capfd)
 
@@ -117,6 +123,8 @@ def test_feed_forward_passes(capfd):
     (InPlace, "modified input #1 in place"),
     (WrongDefault, "d_ff defaults to 4 \\* d_model"),
     (Sequential, "two nn.Linear layers named linear1, linear2"),
+    (SecondLayerBackwards, r"^SecondLayerBackwards\(8, 32\): linear2.weight has shape \(32, 8\), expected \(8, 32\) "
+                           r"\(linear1 = nn.Linear\(d_model, d_ff\), linear2 = nn.Linear\(d_ff, d_model\)\)$"),
     (Stub, "not implemented yet"),
 ])
 def test_feed_forward_names_the_mistake(learner, message):

@@ -149,6 +149,13 @@ import tfcourse.tokenizers as reference
 _namespace = dict(vars(reference))
 exec(inspect.getsource(reference.count_pairs), _namespace)
 count_pairs = _namespace["count_pairs"]"""
+FLUSH_RAISES = """import sys
+class FlushRaises:
+    def write(self, text):
+        return len(text)
+    def flush(self):
+        raise OSError("flush refused")
+"""
 RELU = "hidden = torch.relu(self.linear1(x))  # (..., d_ff)"
 RETURN = "return self.linear2(hidden)  # (..., d_model)"
 
@@ -230,6 +237,21 @@ CASES = [
                               ffn_forward("import sys\n        sys.stdout = None\n        " + RETURN),
                               {"ffn_tests": (0, r"broke sys\.stdout")}),
                 integrity=r"assigns to `sys\.stdout`"),
+    # a stream whose flush() raises: the kernel flushes after every cell, so it used to stop finishing cells
+    with_fields(notebook_case("replaces sys.stdout by a stream whose flush() raises, in a cell of its own", FFN,
+                              lambda: insert_cell_after_setup(complete(FFN), FLUSH_RAISES + "sys.stdout = FlushRaises()")),
+                integrity=r"assigns to `sys\.stdout`"),
+    with_fields(notebook_case("replaces sys.stdout by a stream whose flush() raises, in its forward", FFN,
+                              ffn_forward(FLUSH_RAISES.replace("\n", "\n        ") + "sys.stdout = FlushRaises()\n        "
+                                          + RETURN),
+                              {"ffn_tests": (0, r"broke sys\.stdout .*cannot write or flush")}),
+                integrity=r"assigns to `sys\.stdout`"),
+    # a structural mistake is one line naming the parameter and both shapes, not torch's traceback
+    notebook_case("builds linear2 as nn.Linear(d_model, d_ff)", FFN,
+                  lambda: edit(complete(FFN), "ffn_impl", "self.linear2 = nn.Linear(d_ff, d_model)",
+                               "self.linear2 = nn.Linear(d_model, d_ff)"),
+                  {"ffn_tests": (0, r"^CheckFailed: FeedForward\(8, 32\): linear2\.weight has shape \(32, 8\), "
+                                    r"expected \(8, 32\)")}),
     notebook_case("delegates to the tfcourse reference", FFN,
                   lambda: edit(complete(FFN), "ffn_impl", RELU,
                                "from tfcourse.ffn import PositionwiseFeedForward\n"
@@ -305,10 +327,57 @@ CASES = [
                   experimenting(lambda: edit(complete("09_translation"), "shift_target_impl",
                                "labels[torch.arange(batch, device=tgt.device), lengths] = eos_id", "pass")),
                   {"shift_target_tests": (0, "eos")}),
+    notebook_case("buggy decoder input: not shifted, <bos> at the end", "09_translation",
+                  lambda: edit(complete("09_translation"), "shift_target_impl",
+                               "decoder_input = torch.cat([bos, tgt], dim=1)",
+                               "decoder_input = torch.cat([tgt, bos], dim=1)"),
+                  {"shift_target_tests": (0, r"decoder_input .*: your output equals the target not shifted, "
+                                             r"with <bos> at the end")}),
     notebook_case("buggy path length: attention grows with distance (float64, seed)", "10_rnn_vs_transformer",
                   experimenting(lambda: edit(complete("10_rnn_vs_transformer"), "path_length_impl",
                                'return 1  # position j attends to position i directly', "return distance")),
                   {"path_length_tests": (0, "attention")}),
+    notebook_case("buggy RNN step: reads the previous input x[:, t - 1]", "10_rnn_vs_transformer",
+                  lambda: edit(complete("10_rnn_vs_transformer"), "rnn_impl", "x[:, t] @ w_xh", "x[:, t - 1] @ w_xh"),
+                  {"rnn_tests": (0, r"your output equals the recurrence reading the previous step's input "
+                                    r"\(x\[:, t - 1\]")}),
+    # a correct composite built on a wrong earlier helper keeps its points; its line names the helper
+    notebook_case("buggy merge_word under a correct train_bpe and bpe_encode", "01_tokenization",
+                  lambda: edit(complete("01_tokenization"), "merge_word_impl", "i += 2", "i += 1"),
+                  {"merge_word_tests": (0, ""),
+                   "train_bpe_tests": (4, r"^✔ train_bpe is right with the reference merge_word in place — "
+                                          r"fix Exercise 3 \(merge_word\) first"),
+                   "bpe_encode_tests": (3, r"fix Exercise 3 \(merge_word\) first")}),
+    notebook_case("buggy merge_heads under a correct MultiHeadAttention", "03_attention",
+                  lambda: edit(complete("03_attention"), "heads_impl", "x = x.transpose(1, 2)  # (B, T, n_heads, d_head)",
+                               "pass"),
+                  {"heads_tests": (0, "without the transpose"),
+                   "mha_tests": (3, r"^✔ MultiHeadAttention is right with the reference split_heads and merge_heads "
+                                    r"in place — fix Exercise 5 \(split_heads and merge_heads\) first")}),
+    notebook_case("buggy scaled_dot_product_attention under a correct MultiHeadAttention", "03_attention",
+                  lambda: edit(complete("03_attention"), "sdpa_impl", "/ math.sqrt(d_k)", ""),
+                  {"sdpa_tests": (0, r"1/√d_k"),
+                   "mha_tests": (3, r"fix Exercise 2 \(scaled_dot_product_attention\) first")}),
+    notebook_case("buggy log_softmax (no max shift) under a correct cross_entropy", "06_models",
+                  lambda: edit(complete("06_models"), "log_softmax_impl",
+                               "shifted = logits - logits.amax(dim=dim, keepdim=True)", "shifted = logits"),
+                  {"log_softmax_tests": (0, ""),
+                   "cross_entropy_tests": (2, r"fix Exercise 1 \(a stable log_softmax\) first")}),
+    # structure is free where the maths is the same: nanoGPT's fused projection under the lesson's names
+    notebook_case("MultiHeadAttention with one fused w_qkv (nanoGPT's layout)", "03_attention",
+                  lambda: edit(edit(complete("03_attention"), "mha_impl",
+                                    "        self.w_q = nn.Linear(d_model, d_model)  # all heads' W^Q side by side: head i "
+                                    "owns a block of d_head outputs\n        self.w_k = nn.Linear(d_model, d_model)\n"
+                                    "        self.w_v = nn.Linear(d_model, d_model)\n",
+                                    "        self.w_qkv = nn.Linear(d_model, 3 * d_model)  # q | k | v\n"),
+                               "mha_impl",
+                               "        q = split_heads(self.w_q(x), self.n_heads)  # (B, n_heads, T_q, d_head)\n"
+                               "        k = split_heads(self.w_k(source), self.n_heads)  # (B, n_heads, T_k, d_head)\n"
+                               "        v = split_heads(self.w_v(source), self.n_heads)  # (B, n_heads, T_k, d_head)\n",
+                               "        d = x.shape[-1]\n"
+                               "        q = split_heads(x @ self.w_qkv.weight[:d].T + self.w_qkv.bias[:d], self.n_heads)\n"
+                               "        kv = source @ self.w_qkv.weight[d:].T + self.w_qkv.bias[d:]  # (B, T_k, 2d)\n"
+                               "        k, v = (split_heads(t, self.n_heads) for t in kv.split(d, dim=-1))\n")),
 ]
 
 

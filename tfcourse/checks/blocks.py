@@ -72,7 +72,8 @@ _BOTH_ARRANGEMENTS = [dict(d_ff=None, dropout=0.0, norm_first=False), dict(d_ff=
 
 
 def _suffix(hidden: bool) -> str:
-    return " (hidden cases)" if hidden else ""
+    """The hidden run replaces the visible cases by others (its count is theirs, not a total)."""
+    return " (the hidden cases: other shapes and settings than the visible run's)" if hidden else ""
 
 
 def _randomise_norms(module: nn.Module, generator: torch.Generator) -> None:

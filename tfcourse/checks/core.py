@@ -32,6 +32,8 @@ import torch
 from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
+from ..validation import shape_str
+
 
 class CheckFailed(AssertionError):
     """An exercise check failed; the message says why in one line (or a few), in plain text.
@@ -95,7 +97,17 @@ _ORIGINAL_STREAMS = (sys.stdout, sys.stderr)
 
 
 def _broken(stream: Any) -> bool:
-    return stream is None or not callable(getattr(stream, "write", None)) or bool(getattr(stream, "closed", False))
+    """None, closed, unable to write, or (a replacement's) flush() raises: the kernel flushes the
+    streams after every cell, and a flush that raises there stops the kernel from finishing any."""
+    if stream is None or not callable(getattr(stream, "write", None)) or bool(getattr(stream, "closed", False)):
+        return True
+    if any(stream is original for original in _ORIGINAL_STREAMS):
+        return False  # the kernel's own: flushing it here would only wait for the output thread
+    try:
+        stream.flush()
+    except Exception:  # noqa: BLE001 - any error from flush() breaks the kernel the same way
+        return True
+    return False
 
 
 def _new_kernel_stream(name: str) -> Any:
@@ -234,8 +246,9 @@ def call_learner(what: str, fn: Callable, *args: Any, **kwargs: Any) -> Any:
             result = fn(*args, **kwargs)
         if _broken(sys.stdout):
             restore_streams()
-            raise CheckFailed(f"{what}: your code broke sys.stdout (set it to None, or closed it), so the "
-                              "notebook shows no output; leave the output streams alone")
+            raise CheckFailed(f"{what}: your code broke sys.stdout (set it to None, closed it, or replaced it "
+                              "by a stream that cannot write or flush), so the notebook shows no output; "
+                              "leave the output streams alone")
         return result
     except CheckFailed:
         raise
@@ -270,11 +283,24 @@ def load_reference_weights(module: nn.Module, reference: nn.Module, names_hint: 
         if unexpected:
             parts.append(f"unexpected {unexpected[:4]}" + (" ..." if len(unexpected) > 4 else ""))
         raise CheckFailed(f"parameter names differ from the reference ({'; '.join(parts)}): {names_hint}")
+    load_state(module, reference.state_dict(), "the reference weights do not fit your module")
+
+
+def load_state(module: nn.Module, state: Mapping[str, Tensor], what: str, hint: str = "",
+               strict: bool = True) -> None:
+    """module.load_state_dict(state), where a structural mistake (a layer built with the wrong
+    in/out features) is one line naming the parameter, its shape and the expected one, not
+    torch's size-mismatch traceback. strict=False leaves extra tensors of the learner's alone."""
+    own = module.state_dict()
+    for name, tensor in state.items():
+        if name in own and tuple(own[name].shape) != tuple(tensor.shape):
+            raise CheckFailed(f"{what}: {name} has shape {shape_str(own[name])}, expected {shape_str(tensor)}"
+                              + (f" ({hint})" if hint else ""))
     try:
-        module.load_state_dict(reference.state_dict())
-    except RuntimeError as error:
+        module.load_state_dict(state, strict=strict)
+    except RuntimeError as error:  # e.g. a parameter replaced by a plain attribute
         first = str(error).strip().splitlines()[-1].strip()
-        raise CheckFailed(f"the reference weights do not fit your module: {first}") from None
+        raise CheckFailed(f"{what}: {first}") from None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -631,10 +657,6 @@ def learner_namespaces(obj: Any) -> LearnerCode:
 # ----------------------------------------------------------------------------------------------
 
 
-def _shape(t: Tensor) -> str:
-    return "(" + ", ".join(str(s) for s in t.shape) + ")"
-
-
 def _close(a: Tensor, b: Tensor, atol: float, rtol: float) -> bool:
     return a.shape == b.shape and bool(torch.allclose(a.double(), b.double(), atol=atol, rtol=rtol, equal_nan=False))
 
@@ -653,7 +675,7 @@ def compare(actual: Any, expected: Tensor, what: str, mistakes: Mapping[str, Ten
         raise CheckFailed(f"{what}: expected a plain torch.Tensor, got the subclass {type(actual).__name__}; "
                           "return an ordinary tensor")
     if actual.shape != expected.shape:
-        raise CheckFailed(f"{what}: expected shape {_shape(expected)}, got {_shape(actual)}")
+        raise CheckFailed(f"{what}: expected shape {shape_str(expected)}, got {shape_str(actual)}")
     if check_dtype and actual.dtype != expected.dtype:
         raise CheckFailed(f"{what}: expected dtype {expected.dtype}, got {actual.dtype}")
     actual_d = actual.detach()
@@ -743,11 +765,19 @@ def _judge_composite(check: Callable, learner_obj: Any, hidden: bool, parts: Map
         culprits = _culprits(check, learner_obj, hidden, namespace, theirs, stand_ins)
         exercises = _and(list(dict.fromkeys(label for _, label in culprits)))
         # The advice first: tables and feedback may cut a long line short.
-        passed(f"{getattr(learner_obj, '__name__', 'your code')} is right with the reference "
-               f"{_and([name for name, _ in culprits])} in place — fix {exercises} first: "
-               f"with yours it fails ({reason})")
+        passed(f"{getattr(learner_obj, '__name__', 'your code')} is right {with_the_references(culprits)} — "
+               f"fix {exercises} first: with yours it fails ({reason})")
         return
     print(output.getvalue(), end="")
+
+
+def with_the_references(culprits: Sequence[tuple[str, str]]) -> str:
+    """'with the reference LayerNorm in place': how a composite's line (and your_parts()' table)
+    says which earlier parts stood in for the learner's."""
+    return f"with the reference {_and([name for name, _ in culprits])} in place"
+
+
+COMPOSITE_LINE = re.compile(r"is right (with the reference .+? in place) — (fix .+? first)")
 
 
 def _stand_in(reference: Any) -> Any:

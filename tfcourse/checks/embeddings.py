@@ -25,7 +25,7 @@ from ..attention import MultiHeadAttention, causal_mask, scaled_dot_product_atte
 from ..embedding import InputEmbedding, LearnedPositionalEmbedding, TokenEmbedding, sinusoidal_positional_encoding
 from ..ffn import PositionwiseFeedForward
 from .core import (isolated, composite, CheckFailed, OffLimitsError, call_learner, compare, expect_portable, expect_unchanged,
-                   hidden_note, learner_namespaces, off_limits, one_thread, passed, seeded)
+                   hidden_note, learner_namespaces, load_state, off_limits, one_thread, passed, seeded)
 
 # What each exercise may not call while its check runs.
 LOOKUP_OFF_LIMITS = ["torch.nn.functional.embedding", "torch.nn.Embedding", "tfcourse.embedding.TokenEmbedding"]
@@ -189,8 +189,8 @@ def check_token_embedding(learner_cls, hidden: bool = False) -> None:
             module = _module(learner_cls, (vocab_size, d_model), "a lookup table with a `weight` parameter")
             if not isinstance(getattr(module, "weight", None), nn.Parameter):
                 raise CheckFailed("the table must be an nn.Parameter named `weight` so that it is trained")
-            with torch.no_grad():
-                module.weight.copy_(reference.weight)
+            load_state(module, {"weight": reference.weight}, f"{learner_cls.__name__}({vocab_size}, {d_model})",
+                       "the table is (vocab_size, d_model)", strict=False)
             actual = call_learner(f"forward(ids of shape {shape})", module, ids)
             if isinstance(actual, Tensor) and actual.requires_grad:
                 call_learner("backward through your output", lambda: actual.sum().backward())
@@ -407,8 +407,8 @@ def check_learned_positions(learner_cls, hidden: bool = False) -> None:
             module = _module(learner_cls, (d_model, max_len), "one trainable vector per position")
             if not isinstance(getattr(module, "weight", None), nn.Parameter):
                 raise CheckFailed("the position table must be an nn.Parameter named `weight` so that it is trained")
-            with torch.no_grad():
-                module.weight.copy_(reference.weight)
+            load_state(module, {"weight": reference.weight}, f"{learner_cls.__name__}({d_model}, {max_len})",
+                       "one row per position: (max_len, d_model)", strict=False)
             actual = call_learner(f"forward(x of shape {tuple(x.shape)}, offset={offset})", module, x, offset)
             if isinstance(actual, Tensor) and actual.requires_grad:
                 call_learner("backward through your output", lambda: actual.sum().backward())
@@ -501,8 +501,8 @@ def check_input_layer(learner_cls, hidden: bool = False) -> None:
         module = _input_layer(learner_cls, vocab_size, d_model, max_len, 0.0, namespaces)
         compare(module.pe, pe[:max_len], f"self.pe (the sinusoidal table, max_len={max_len}, d_model={d_model})",
                 wrong_tables, atol=1e-4, rtol=1e-4)
-        with torch.no_grad():
-            module.token.weight.copy_(reference.token.weight)
+        load_state(module, {"token.weight": reference.token.weight}, "your input layer",
+                   "self.token = ScaledTokenEmbedding(vocab_size, d_model)", strict=False)
         module.eval()
         ids_before = ids.clone()
         what = f"forward(ids of shape {shape}, offset={offset}) with d_model={d_model}"
@@ -534,8 +534,8 @@ def check_input_layer(learner_cls, hidden: bool = False) -> None:
     with torch.no_grad():
         expected = reference(ids)
     module = _input_layer(learner_cls, vocab_size, d_model, max_len, p, namespaces)
-    with torch.no_grad():
-        module.token.weight.copy_(reference.token.weight)
+    load_state(module, {"token.weight": reference.token.weight}, "your input layer",
+               "self.token = ScaledTokenEmbedding(vocab_size, d_model)", strict=False)
     module.train()
     with off_limits(INPUT_LAYER_OFF_LIMITS, "input layer", namespaces), torch.no_grad():
         actual = call_learner("forward(ids) in training mode with dropout=0.5", module, ids)

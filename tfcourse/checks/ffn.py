@@ -20,7 +20,7 @@ from torch import Tensor, nn
 from ..ffn import (WORKED_B1, WORKED_B2, WORKED_W1, WORKED_W2, WORKED_X, PositionwiseFeedForward,
                    worked_example_weights)
 from .core import (isolated, CheckFailed, _close, call_learner, compare, expect_portable, expect_unchanged, hidden_note,
-                   learner_namespaces, off_limits, passed, seeded)
+                   learner_namespaces, load_state, off_limits, passed, seeded)
 
 # While the learner's FFN runs, the answer itself is off-limits. (torch has no stand-alone FFN
 # module to forbid: its only one lives inside nn.TransformerEncoderLayer.)
@@ -93,7 +93,9 @@ def check_feed_forward(learner_cls, hidden: bool = False) -> None:
             if module.linear1.out_features != reference.d_ff:
                 raise CheckFailed(f"linear1 should map d_model={d_model} to d_ff={reference.d_ff}, "
                                   f"got {module.linear1.out_features} (d_ff defaults to 4 * d_model)")
-            module.load_state_dict(reference.state_dict(), strict=False)  # extra buffers of yours may stay
+            load_state(module, reference.state_dict(), f"{learner_cls.__name__}({d_model}, {d_ff})",
+                       "linear1 = nn.Linear(d_model, d_ff), linear2 = nn.Linear(d_ff, d_model)",
+                       strict=False)  # extra buffers of yours may stay
             x_before = x.clone()
             with torch.no_grad():
                 actual = call_learner("forward(x)", module, x)

@@ -24,7 +24,7 @@ from ..models import GPT, GPTConfig, Transformer, TransformerConfig, count_param
 from ..output import cross_entropy as reference_cross_entropy
 from ..output import log_softmax as reference_log_softmax
 from .core import (isolated, composite, CheckFailed, OffLimitsError, call_learner, compare, expect_unchanged, hidden_note,
-                   learner_namespaces, off_limits, passed)
+                   learner_namespaces, load_state, off_limits, passed)
 
 # ----------------------------------------------------------------------------------------------
 # What each exercise may not call
@@ -331,7 +331,7 @@ def check_gpt(learner_cls: type, hidden: bool = False) -> None:
             if count_parameters(module) != n_params:
                 raise CheckFailed(f"{name} has {count_parameters(module):,} trainable parameters, "
                                   f"tfcourse.models.GPT has {n_params:,} for the same config")
-            module.load_state_dict(reference.state_dict())
+            load_state(module, reference.state_dict(), name)
             module.eval()
             ids_before = ids.clone()
             with torch.no_grad():

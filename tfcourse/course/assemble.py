@@ -93,24 +93,28 @@ def _namespace(obj: Any) -> dict[str, Any]:
     return (obj.__init__ if isinstance(obj, type) else obj).__globals__
 
 
-def _run_check(component: Component, obj: Any) -> str | None:
-    """None when `obj` passes its exercise check (the visible cases), else the check's message.
+def _run_check(component: Component, obj: Any) -> tuple[str | None, str]:
+    """(None, how it passed) when `obj` passes its exercise check (the visible cases), else
+    (the check's message, "").
 
     A composite (a layer, the stack) is judged by its check with the references of the earlier
-    exercises in place, so a bug in your LayerNorm is charged to your LayerNorm only.
+    exercises in place, so a bug in your LayerNorm is charged to your LayerNorm only; the table
+    then says so, as the check's own line does.
     """
-    from ..checks.core import CheckFailed  # the checks are course machinery, like this module
+    from ..checks.core import COMPOSITE_LINE, CheckFailed
 
     module_name, _, function = component.check.rpartition(".")
     check = getattr(importlib.import_module(f"tfcourse.checks.{module_name}"), function)
+    output = io.StringIO()
     try:
-        with contextlib.redirect_stdout(io.StringIO()):
+        with contextlib.redirect_stdout(output):
             check(obj)  # the check's ✔ line is not news here
     except CheckFailed as failure:
-        return str(failure).splitlines()[0]
+        return str(failure).splitlines()[0], ""
     except Exception as error:  # noqa: BLE001 - any crash means: not usable, say why in one line
-        return f"{type(error).__name__}: {error}"
-    return None
+        return f"{type(error).__name__}: {error}", ""
+    composite = COMPOSITE_LINE.search(output.getvalue())
+    return None, "its check passed" + (f" {composite.group(1)} ({composite.group(2)})" if composite else "")
 
 
 def _find(component: Component, folder: Path) -> Source:
@@ -122,10 +126,10 @@ def _find(component: Component, folder: Path) -> Source:
         obj = import_from_notebook(notebook, component.name)
     except NotebookImportError as error:
         return Source(component, reference, REFERENCE, f"unfinished: {error}")
-    problem = _run_check(component, obj)
+    problem, passed = _run_check(component, obj)
     if problem is not None:
         return Source(component, reference, REFERENCE, f"fails its check: {problem}")
-    return Source(component, obj, _shown(notebook, folder), "its check passed")
+    return Source(component, obj, _shown(notebook, folder), passed)
 
 
 def _shown(notebook: Path, folder: Path) -> str:

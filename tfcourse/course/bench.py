@@ -7,13 +7,18 @@ fail; compare figures taken in one run. Targets (2-core CPU):
   and at least as fast per step as the same-size model built from PyTorch's own modules, trained by
   the plain loop a user would write (ratio >= 1.0);
 - generating 500 tokens with the key/value cache vs without: >= 5x faster;
-- `--target-loss 1.88`: wall time until the CPU recipe's val loss first falls below 1.88 (<= 80 s).
+- `--target-loss 1.88`: wall time until the CPU recipe's val loss first falls below 1.88 (<= 80 s);
+- the first exercise check in a fresh process (lesson 05's LayerNorm check on a correct LayerNorm),
+  timed after `import torch`: <= 0.3 s.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
+import subprocess
+import sys
 import time
 
 import torch
@@ -136,15 +141,51 @@ def bench_kv_cache(new_tokens: int = 500, repeats: int = 2) -> dict:
             "speedup": seconds[False] / seconds[True], "new_tokens": new_tokens}
 
 
+# Run in a fresh interpreter: what a learner's first test cell pays (the checks' imports, their
+# first use of torch's machinery), after the setup cell has imported torch.
+FIRST_CHECK = """
+import contextlib, io, json, time
+import torch
+from torch import nn
+
+class LayerNorm(nn.Module):  # a learner's correct answer (the reference itself is off-limits)
+    def __init__(self, d_model, eps=1e-5):
+        super().__init__()
+        self.weight, self.bias, self.eps = nn.Parameter(torch.ones(d_model)), nn.Parameter(torch.zeros(d_model)), eps
+
+    def forward(self, x):
+        mean, var = x.mean(-1, keepdim=True), x.var(-1, keepdim=True, unbiased=False)
+        return self.weight * (x - mean) / torch.sqrt(var + self.eps) + self.bias
+
+started = time.perf_counter()
+from tfcourse.checks.blocks import check_layer_norm
+with contextlib.redirect_stdout(io.StringIO()):
+    check_layer_norm(LayerNorm)
+first = time.perf_counter() - started
+started = time.perf_counter()
+with contextlib.redirect_stdout(io.StringIO()):
+    check_layer_norm(LayerNorm)
+print(json.dumps({"first": first, "second": time.perf_counter() - started}))
+"""
+
+
+def bench_first_check(repeats: int = 3) -> dict:
+    """Seconds of the first LayerNorm check (its import included) in a fresh process, after `import
+    torch`, and of the second one; the best of `repeats` fresh processes."""
+    runs = [json.loads(subprocess.run([sys.executable, "-c", FIRST_CHECK], capture_output=True, text=True,
+                                      check=True).stdout.strip().splitlines()[-1]) for _ in range(repeats)]
+    return {"first": min(r["first"] for r in runs), "second": min(r["second"] for r in runs), "repeats": repeats}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tfcourse bench", description=__doc__.split("\n")[0])
-    parser.add_argument("--only", choices=["bpe", "train", "target", "kv"], action="append",
+    parser.add_argument("--only", choices=["bpe", "train", "target", "kv", "check"], action="append",
                         help="run only this benchmark (repeatable); default: all")
     parser.add_argument("--train-steps", type=int, default=300, help="training steps to time (default 300)")
     parser.add_argument("--target-loss", type=float, default=1.88,
                         help="val loss for the time-to-target benchmark (default 1.88, nanoGPT's CPU figure)")
     args = parser.parse_args(argv)
-    chosen = args.only or ["bpe", "train", "target", "kv"]
+    chosen = args.only or ["bpe", "train", "target", "kv", "check"]
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     text = load_tiny_shakespeare() if {"bpe", "train", "target"} & set(chosen) else ""
     corpus = char_corpus(text) if {"train", "target"} & set(chosen) else None  # encoded once for both
@@ -170,6 +211,10 @@ def main(argv: list[str] | None = None) -> int:
         r = bench_kv_cache()
         print(f"Generating {r['new_tokens']} tokens: {r['with_cache']:.2f} s with the KV cache, "
               f"{r['without_cache']:.2f} s without: {r['speedup']:.1f}x faster   (target >= 5x)")
+    if "check" in chosen:
+        r = bench_first_check()
+        print(f"First exercise check in a fresh process (LayerNorm, after import torch; best of {r['repeats']}): "
+              f"{r['first']:.2f} s, the second {r['second']:.3f} s   (target <= 0.3 s)")
     return 0
 
 
