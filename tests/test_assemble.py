@@ -159,3 +159,38 @@ def test_reference_parts_build_the_reference_models():
 def test_a_config_your_parts_cannot_build_is_refused(parts):
     with pytest.raises(ValueError, match="your FFN uses ReLU"):
         parts.gpt(your_gpt_config(vocab_size=11, activation="gelu"))
+
+
+FUSED_EDITS = [  # lesson 03's answer in nanoGPT's layout: one w_qkv whose output splits as q | k | v
+    ("        self.w_q = nn.Linear(d_model, d_model)  # all heads' W^Q side by side: head i owns a block of d_head "
+     "outputs\n        self.w_k = nn.Linear(d_model, d_model)\n        self.w_v = nn.Linear(d_model, d_model)\n",
+     "        self.w_qkv = nn.Linear(d_model, 3 * d_model)  # q | k | v\n"),
+    ("        q = split_heads(self.w_q(x), self.n_heads)  # (B, n_heads, T_q, d_head)\n"
+     "        k = split_heads(self.w_k(source), self.n_heads)  # (B, n_heads, T_k, d_head)\n"
+     "        v = split_heads(self.w_v(source), self.n_heads)  # (B, n_heads, T_k, d_head)\n",
+     "        d = x.shape[-1]\n"
+     "        q = split_heads(x @ self.w_qkv.weight[:d].T + self.w_qkv.bias[:d], self.n_heads)\n"
+     "        kv = source @ self.w_qkv.weight[d:].T + self.w_qkv.bias[d:]  # (B, T_k, 2 d)\n"
+     "        k, v = (split_heads(t, self.n_heads) for t in kv.split(d, dim=-1))\n"),
+]
+
+
+def test_a_fused_attention_is_yours_in_the_assembled_gpt_and_its_cache(tmp_path):
+    folder = _lessons_copy(tmp_path, {})
+    path = folder / "03_attention" / "03_attention.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "mha_impl")
+    for old, new in FUSED_EDITS:
+        assert old in cell.source, "03_attention/mha_impl changed: update this test"
+        cell.source = cell.source.replace(old, new)
+    nbformat.write(nb, path)
+    parts = your_parts(folder)
+    origin, why = next((o, w) for key, o, w in parts.rows() if key == "multi-head attention")
+    assert origin != REFERENCE and why == "its check passed", why
+    config = your_gpt_config(vocab_size=11, max_len=16, d_model=16, n_heads=2, n_layers=2, dropout=0.0)
+    torch.manual_seed(0)
+    model = parts.gpt(config).eval()
+    assert hasattr(model.blocks.layers[0].self_attn, "w_qkv")  # the learner's attention, fused
+    prompt = torch.randint(0, 11, (2, 3))
+    cached = generate(model, prompt, 8, temperature=0, use_cache=True)
+    assert torch.equal(cached, generate(model, prompt, 8, temperature=0, use_cache=False))

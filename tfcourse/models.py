@@ -163,15 +163,25 @@ class TransformerConfig:
 class Transformer(nn.Module):
     """The encoder-decoder Transformer of "Attention Is All You Need". Weights: init_transformer_weights."""
 
-    def __init__(self, config: TransformerConfig):
+    def __init__(self, config: TransformerConfig, *, src_embed: nn.Module | None = None,
+                 tgt_embed: nn.Module | None = None, encoder: nn.Module | None = None, decoder: nn.Module | None = None):
+        """The parts given (e.g. a learner's, from `tfcourse.course.your_parts`) take the place of the
+        reference's; with share_embeddings, tgt_embed.token becomes src_embed.token either way."""
         super().__init__()
         self.config = c = config
-        self.src_embed = InputEmbedding(c.src_vocab_size, c.d_model, c.max_len, c.dropout, positional=c.positional)
-        shared = self.src_embed.token if c.share_embeddings else None
-        self.tgt_embed = InputEmbedding(c.tgt_vocab_size, c.d_model, c.max_len, c.dropout, positional=c.positional,
-                                        token_embedding=shared)
-        self.encoder = Encoder(c.n_layers, c.d_model, c.n_heads, c.d_ff, **layer_options(c))
-        self.decoder = Decoder(c.n_layers, c.d_model, c.n_heads, c.d_ff, **layer_options(c))
+        if src_embed is None:
+            src_embed = InputEmbedding(c.src_vocab_size, c.d_model, c.max_len, c.dropout, positional=c.positional)
+        shared = src_embed.token if c.share_embeddings else None
+        if tgt_embed is None:
+            tgt_embed = InputEmbedding(c.tgt_vocab_size, c.d_model, c.max_len, c.dropout, positional=c.positional,
+                                       token_embedding=shared)
+        elif shared is not None:
+            tgt_embed.token = shared  # one table for both languages
+        self.src_embed, self.tgt_embed = src_embed, tgt_embed
+        self.encoder = encoder if encoder is not None else Encoder(c.n_layers, c.d_model, c.n_heads, c.d_ff,
+                                                                   **layer_options(c))
+        self.decoder = decoder if decoder is not None else Decoder(c.n_layers, c.d_model, c.n_heads, c.d_ff,
+                                                                   **layer_options(c))
         self.output = nn.Linear(c.d_model, c.tgt_vocab_size, bias=False)  # the pre-softmax linear layer
         if c.tie_output:
             self.output.weight = self.tgt_embed.token.weight  # (V, d_model) serves both directions
@@ -249,12 +259,17 @@ class GPT(nn.Module):
     """Decoder-only: the encoder block with a causal mask, stacked, then a linear layer to the vocabulary.
     Weights: init_gpt_weights (GPT-2's)."""
 
-    def __init__(self, config: GPTConfig):
+    def __init__(self, config: GPTConfig, *, embed: nn.Module | None = None, blocks: nn.Module | None = None):
+        """`embed` and `blocks` given (e.g. a learner's, from `tfcourse.course.your_parts`) take the
+        place of the reference's; tying and the weight initialisation are the same either way."""
         super().__init__()
         self.config = c = config
-        self.embed = InputEmbedding(c.vocab_size, c.d_model, c.max_len, c.dropout, positional=c.positional,
-                                    scale=c.scale_embedding)
-        self.blocks = Encoder(c.n_layers, c.d_model, c.n_heads, c.d_ff, **layer_options(c))
+        if embed is None:
+            embed = InputEmbedding(c.vocab_size, c.d_model, c.max_len, c.dropout, positional=c.positional,
+                                   scale=c.scale_embedding)
+        self.embed = embed
+        self.blocks = blocks if blocks is not None else Encoder(c.n_layers, c.d_model, c.n_heads, c.d_ff,
+                                                                **layer_options(c))
         self.output = nn.Linear(c.d_model, c.vocab_size, bias=False)
         if c.tie_weights:
             self.output.weight = self.embed.token.weight

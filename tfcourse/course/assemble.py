@@ -38,8 +38,7 @@ from .. import blocks as reference_blocks
 from .. import ffn as reference_ffn
 from .. import manifest
 from ..attention import KVCache
-from ..models import (GPT, GPTConfig, Transformer, TransformerConfig, init_gpt_weights, init_transformer_weights,
-                      layer_options)
+from ..models import GPT, GPTConfig, Transformer, TransformerConfig, layer_options
 from ..checks.adapters import called_like_the_lessons
 from .notebook_import import NotebookImportError, import_from_notebook
 
@@ -350,30 +349,19 @@ class Parts:
         FFN uses ReLU: build `config` with `your_gpt_config`, which sets these.
         """
         _expect_paper_style(config)
-        model = GPT(config)
-        model.embed = self.input_layer(config.vocab_size, config.d_model, config.max_len, config.dropout)
-        model.blocks = self.encoder()(config.n_layers, config.d_model, config.n_heads, config.d_ff,
-                                      **layer_options(config))
-        if config.tie_weights:
-            model.output.weight = model.embed.token.weight  # (V, d_model) serves both directions
-        init_gpt_weights(model, config.n_layers)
-        return model
+        embed = self.input_layer(config.vocab_size, config.d_model, config.max_len, config.dropout)
+        blocks = self.encoder()(config.n_layers, config.d_model, config.n_heads, config.d_ff, **layer_options(config))
+        return GPT(config, embed=embed, blocks=blocks)  # built once: GPT ties and initialises them as its own
 
     def transformer(self, config: TransformerConfig) -> Transformer:
         """The reference encoder–decoder with your parts inside (see `gpt`)."""
         _expect_paper_style(config)
-        model = Transformer(config)
-        model.src_embed = self.input_layer(config.src_vocab_size, config.d_model, config.max_len, config.dropout)
-        model.tgt_embed = self.input_layer(config.tgt_vocab_size, config.d_model, config.max_len, config.dropout)
-        if config.share_embeddings:
-            model.tgt_embed.token = model.src_embed.token
-        options = layer_options(config)
-        model.encoder = self.encoder()(config.n_layers, config.d_model, config.n_heads, config.d_ff, **options)
-        model.decoder = self.decoder()(config.n_layers, config.d_model, config.n_heads, config.d_ff, **options)
-        if config.tie_output:
-            model.output.weight = model.tgt_embed.token.weight
-        init_transformer_weights(model)
-        return model
+        c, options = config, layer_options(config)
+        return Transformer(config,  # built once: it shares, ties and initialises them as its own
+                           src_embed=self.input_layer(c.src_vocab_size, c.d_model, c.max_len, c.dropout),
+                           tgt_embed=self.input_layer(c.tgt_vocab_size, c.d_model, c.max_len, c.dropout),
+                           encoder=self.encoder()(c.n_layers, c.d_model, c.n_heads, c.d_ff, **options),
+                           decoder=self.decoder()(c.n_layers, c.d_model, c.n_heads, c.d_ff, **options))
 
 
 def _expect_paper_style(config: Any) -> None:
