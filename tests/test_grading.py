@@ -300,7 +300,11 @@ CASES = [
     # one early bug costs one exercise: the layers built on it are judged with the reference in its place
     notebook_case("buggy LayerNorm (unbiased variance): no cascade (float64, seed)", "05_blocks",
                   experimenting(lambda: edit(complete("05_blocks"), "layer_norm_impl", "unbiased=False", "unbiased=True")),
-                  {"layer_norm_tests": (0, r"unbiased variance")}),
+                  {"layer_norm_tests": (0, r"unbiased variance"),
+                   # the layers' lines: right with the reference LayerNorm, the hidden run named as such
+                   "encoder_layer_tests": (3, r"^✔ EncoderLayer is right with the reference LayerNorm in place — "
+                                              r"fix Exercise 1 \(LayerNorm\) first:"),
+                   "sublayer_connection_tests": (2, r"\(the hidden cases: other shapes and settings")}),
     notebook_case("buggy positional encoding (sin and cos swapped): no cascade", "02_embeddings",
                   lambda: edit(complete("02_embeddings"), "sinusoidal_pe_impl",
                                "pe[:, 0::2] = torch.sin(angle)  # even dimensions 2i\n    pe[:, 1::2] = torch.cos(angle)",
@@ -327,6 +331,12 @@ CASES = [
                   experimenting(lambda: edit(complete("09_translation"), "shift_target_impl",
                                "labels[torch.arange(batch, device=tgt.device), lengths] = eos_id", "pass")),
                   {"shift_target_tests": (0, "eos")}),
+    notebook_case("buggy forward: the causal mask alone, no target padding mask", "09_translation",
+                  lambda: edit(complete("09_translation"), "forward_impl",
+                               "self_mask = causal_mask(length, device=src.device) & padding_mask(decoder_input, pad_id)",
+                               "self_mask = causal_mask(length, device=src.device)"),
+                  {"forward_tests": (0, r"your output equals the logits with the causal mask alone \(they differ "
+                                        r"only at padded target positions\)")}),
     notebook_case("buggy decoder input: not shifted, <bos> at the end", "09_translation",
                   lambda: edit(complete("09_translation"), "shift_target_impl",
                                "decoder_input = torch.cat([bos, tgt], dim=1)",
