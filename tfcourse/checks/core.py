@@ -26,6 +26,7 @@ import traceback
 import types
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -695,6 +696,74 @@ def expect_unchanged(before: Sequence[Tensor], after: Sequence[Tensor], what: st
     for i, (old, new) in enumerate(zip(before, after)):
         if not torch.equal(old, new):
             raise CheckFailed(f"{what}: your code modified input #{i + 1} in place; work on a copy instead")
+
+
+# ----------------------------------------------------------------------------------------------
+# The runner: an exercise is a spec and its cases
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Exercise:
+    """What a check is, as data; `run` does the rest.
+
+        RNN_FORWARD = Exercise("RNN forward pass", RNN_OFF_LIMITS, "rnn_forward equals torch's nn.RNN on {n} inputs")
+    """
+
+    name: str  # the exercise as the off-limits message names it: "RNN forward pass"
+    off_limits: Sequence[str] = ()  # what the learner's code may not call while it is judged
+    success: str = ""  # the ✔ line; {n} is the number of cases
+    no_grad: bool = True  # run the learner's code without autograd (a check of gradients says False)
+
+
+@dataclass
+class Case:
+    """One call of the learner's code and what it must give, built (reference and usual mistakes
+    included) before any of the learner's code runs."""
+
+    what: str  # the call as messages name it: "rnn_forward(x, w_xh, w_hh, b)"
+    args: tuple = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    expected: Any = None  # what `compare` holds the output to; None: `inspect` judges alone
+    mistakes: Mapping[str, Tensor] = field(default_factory=dict)  # description -> the output that mistake gives
+    label: str | None = None  # how the comparison names the output (default: `what`)
+    inspect: Callable[[Any], Any] | None = None  # structural checks first; returns what to compare (or None: as is)
+    unchanged: Sequence[Tensor] | None = None  # inputs it must leave alone (default: the tensors among args)
+    unchanged_what: str | None = None  # how "modified input #k in place" names the call (default: `what`)
+    call: Callable[[Any], Any] | None = None  # how to call the learner (default: learner(*args, **kwargs))
+    atol: float = 1e-5
+    rtol: float = 1e-4
+
+
+def run(exercise: Exercise, learner: Any, cases: Sequence[Case], hidden: bool,
+        then: Callable[[], None] | None = None) -> None:
+    """The one runner: under the off-limits guard, each case's call, its inputs left alone, its
+    structural checks, the comparison that names the usual mistake; then `then` (e.g. a device
+    check), still guarded; then the ✔ line with the hidden-case note."""
+    with off_limits(exercise.off_limits, exercise.name, learner_namespaces(learner)):
+        for case in cases:
+            run_case(exercise, learner, case)
+        if then is not None:
+            then()
+    passed(exercise.success.format(n=len(cases)) + hidden_note(hidden))
+
+
+def run_case(exercise: Exercise, learner: Any, case: Case) -> Any:
+    """One case of `run` (the guard already on); returns the learner's output."""
+    inputs = list(case.unchanged) if case.unchanged is not None else [
+        a for a in (*case.args, *case.kwargs.values()) if isinstance(a, Tensor)]
+    before = [t.clone() for t in inputs]
+    with torch.no_grad() if exercise.no_grad else contextlib.nullcontext():
+        if case.call is not None:
+            actual = case.call(learner)
+        else:
+            actual = call_learner(case.what, learner, *case.args, **case.kwargs)
+    expect_unchanged(before, inputs, case.unchanged_what or case.what)
+    inspected = case.inspect(actual) if case.inspect is not None else None
+    if case.expected is not None:
+        compare(actual if inspected is None else inspected, case.expected, case.label or case.what,
+                case.mistakes, atol=case.atol, rtol=case.rtol)
+    return actual
 
 
 @contextlib.contextmanager

@@ -7,6 +7,7 @@ the given weights), `tfcourse.rnn.path_length` and `tfcourse.data.recall.recall_
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 
@@ -17,8 +18,8 @@ from ..data.recall import recall_batch as reference_recall_batch
 from ..rnn import path_length as reference_path_length
 from ..rnn import rnn_forward as reference_rnn_forward
 from ..rnn import torch_lstm_cell as reference_lstm_cell
-from .core import (isolated, CheckFailed, _close, call_learner, compare, expect_unchanged, hidden_note, learner_namespaces,
-                   off_limits, passed)
+from .core import (Case, CheckFailed, Exercise, _close, call_learner, compare, expect_unchanged, hidden_note, isolated,
+                   learner_namespaces, off_limits, passed, run)
 
 RNN_OFF_LIMITS = ["tfcourse.rnn.rnn_forward", "torch.nn.RNN", "torch.nn.RNNCell",
                   "torch.rnn_tanh", "torch.rnn_tanh_cell"]
@@ -47,14 +48,37 @@ def _loop(x: Tensor, w_xh: Tensor, w_hh: Tensor, b: Tensor, h: Tensor, *, recur:
     return torch.stack(states, dim=1)
 
 
+RNN_FORWARD = Exercise("RNN forward pass", RNN_OFF_LIMITS, "rnn_forward equals torch's nn.RNN on {n} inputs")
+
+
+def _expect_states(actual: object, batch: int, length: int, d_hidden: int, expected: Tensor) -> None:
+    """The shapes learners return instead of every state (B, T, H), each named."""
+    if not isinstance(actual, Tensor):
+        return
+    want = f"shape (B, T, H) = {(batch, length, d_hidden)}"
+    if actual.shape == (batch, d_hidden) and length > 1:
+        raise CheckFailed(f"rnn_forward returned only one state {tuple(actual.shape)}: return every state, {want}")
+    if actual.shape == (batch, length + 1, d_hidden):
+        raise CheckFailed(f"rnn_forward returned T + 1 states {tuple(actual.shape)}: the initial state is not "
+                          f"one of them, return h_1 … h_T, {want}")
+    if actual.shape == (batch, length - 1, d_hidden):
+        raise CheckFailed(f"rnn_forward returned T - 1 states {tuple(actual.shape)}: the loop must visit every "
+                          f"step, for t in range(T), {want}")
+    if actual.shape == (length, batch, d_hidden) and batch != length \
+            and _close(actual.detach(), expected.transpose(0, 1), 1e-5, 1e-4):
+        raise CheckFailed(f"rnn_forward returned the states stacked along dim 0, (T, B, H) = "
+                          f"{tuple(actual.shape)}: stack them along dim=1, (B, T, H)")
+
+
 @isolated
 def check_rnn_forward(learner_fn, hidden: bool = False) -> None:
     """rnn_forward(x, w_xh, w_hh, b, h0=None) -> every hidden state (B, T, H)."""
     # (B, T, D, H, pass h0)
-    cases = [(2, 5, 3, 4, False), (1, 1, 2, 3, False)]
+    sizes = [(2, 5, 3, 4, False), (1, 1, 2, 3, False)]
     if hidden:
-        cases += [(3, 6, 4, 5, True), (1, 9, 3, 3, True), (2, 2, 5, 2, False)]
-    for seed, (batch, length, d_in, d_hidden, with_h0) in enumerate(cases):
+        sizes += [(3, 6, 4, 5, True), (1, 9, 3, 3, True), (2, 2, 5, 2, False)]
+    cases = []
+    for seed, (batch, length, d_in, d_hidden, with_h0) in enumerate(sizes):
         g = torch.Generator().manual_seed(seed)
         x = torch.randn(batch, length, d_in, generator=g)
         w_xh = torch.randn(d_in, d_hidden, generator=g) / math.sqrt(d_in)
@@ -84,30 +108,14 @@ def check_rnn_forward(learner_fn, hidden: bool = False) -> None:
         if h0 is not None:
             mistakes["the recurrence started from zeros: start from h0 when it is given"] = \
                 _loop(x, w_xh, w_hh, b, torch.zeros(batch, d_hidden))
-        inputs = [x, w_xh, w_hh, b] + ([h0] if h0 is not None else [])
-        before = [t.clone() for t in inputs]
-        args = (x, w_xh, w_hh, b) + ((h0,) if h0 is not None else ())
-        with off_limits(RNN_OFF_LIMITS, "RNN forward pass", learner_namespaces(learner_fn)):
-            with torch.no_grad():
-                actual = call_learner("rnn_forward(x, w_xh, w_hh, b" + (", h0)" if h0 is not None else ")"),
-                                      learner_fn, *args)
-        expect_unchanged(before, inputs, "rnn_forward")
-        if isinstance(actual, Tensor) and actual.shape == (batch, d_hidden) and length > 1:
-            raise CheckFailed(f"rnn_forward returned only one state {tuple(actual.shape)}: return every state, "
-                              f"shape (B, T, H) = {(batch, length, d_hidden)}")
-        if isinstance(actual, Tensor) and actual.shape == (batch, length + 1, d_hidden):
-            raise CheckFailed(f"rnn_forward returned T + 1 states {tuple(actual.shape)}: the initial state is not "
-                              f"one of them, return h_1 … h_T, shape (B, T, H) = {(batch, length, d_hidden)}")
-        if isinstance(actual, Tensor) and actual.shape == (batch, length - 1, d_hidden):
-            raise CheckFailed(f"rnn_forward returned T - 1 states {tuple(actual.shape)}: the loop must visit every "
-                              f"step, for t in range(T), shape (B, T, H) = {(batch, length, d_hidden)}")
-        if isinstance(actual, Tensor) and actual.shape == (length, batch, d_hidden) and batch != length \
-                and _close(actual.detach(), expected.transpose(0, 1), 1e-5, 1e-4):
-            raise CheckFailed(f"rnn_forward returned the states stacked along dim 0, (T, B, H) = "
-                              f"{tuple(actual.shape)}: stack them along dim=1, (B, T, H)")
-        compare(actual, expected, f"states for x {tuple(x.shape)}, H={d_hidden}" + (" with h0" if with_h0 else ""),
-                mistakes, atol=1e-5, rtol=1e-4)
-    passed(f"rnn_forward equals torch's nn.RNN on {len(cases)} inputs" + hidden_note(hidden))
+        cases.append(Case(
+            "rnn_forward(x, w_xh, w_hh, b" + (", h0)" if h0 is not None else ")"),
+            (x, w_xh, w_hh, b) + ((h0,) if h0 is not None else ()), expected=expected, mistakes=mistakes,
+            label=f"states for x {tuple(x.shape)}, H={d_hidden}" + (" with h0" if with_h0 else ""),
+            inspect=functools.partial(_expect_states, batch=batch, length=length, d_hidden=d_hidden,
+                                      expected=expected),
+            unchanged_what="rnn_forward"))
+    run(RNN_FORWARD, learner_fn, cases, hidden)
 
 
 # ----------------------------------------------------------------------------------------------
