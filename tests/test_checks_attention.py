@@ -431,6 +431,15 @@ def test_mha_queries_from_memory_and_bad_parameters():
         check_multi_head_attention(ReturnsWeights)
 
 
+def test_mha_that_is_not_a_module_is_named():
+    class NotAModule:
+        def __init__(self, d_model, n_heads):
+            self.n_heads = n_heads
+
+    with pytest.raises(CheckFailed, match=r"^NotAModule must be an nn.Module subclass"):
+        check_multi_head_attention(NotAModule)
+
+
 class FusedMHA(nn.Module):
     """nanoGPT's layout under the lesson's names: one w_qkv whose output splits as q | k | v, and w_o."""
 

@@ -231,6 +231,14 @@ def test_sublayer_connection_calls_and_in_place():
     fails(check_sublayer_connection, in_place, "modified input #1 in place")
 
 
+def test_sublayer_connection_names_a_wrong_value_before_counting_the_calls():
+    def twice_and_no_residual(x, sublayer, norm, norm_first=False):
+        sublayer(x)
+        return norm(sublayer(x))
+
+    fails(check_sublayer_connection, twice_and_no_residual, "LN(F(x)), the residual connection is missing")
+
+
 def test_sublayer_connection_off_limits_and_stub():
     def delegates(x, sublayer, norm, norm_first=False):
         return blocks.sublayer_connection(x, sublayer, norm, norm_first)

@@ -203,6 +203,14 @@ def test_gpt_off_limits_and_stub():
         check_gpt(Stub)
 
 
+def test_gpt_not_a_module_and_the_class_name_in_the_line(capfd):
+    with pytest.raises(CheckFailed, match="must be an nn.Module subclass"):
+        check_gpt(lambda config: "a GPT")
+    braces = type("GPT{n}", (MiniGPT,), {})  # the ✔ line is formatted: a name's braces stay as they are
+    check_gpt(braces)
+    assert capfd.readouterr().out.startswith("✔ GPT{n} equals tfcourse.models.GPT")
+
+
 # ----------------------------------------------------------------------------------------------
 # parameter count
 # ----------------------------------------------------------------------------------------------
@@ -263,6 +271,11 @@ def test_parameter_count_off_limits_and_stub():
         check_parameter_count(lambda c: float(parameter_count(c)))
     with pytest.raises(CheckFailed, match="not implemented yet"):
         check_parameter_count(stub)
+
+
+def test_parameter_count_says_how_far_off():
+    with pytest.raises(CheckFailed, match=r"expected 63,082,496, got 63,082,503 \(off by \+7\)"):
+        check_parameter_count(lambda c: parameter_count(c) + 7)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -364,6 +364,21 @@ def test_gqa_layer_names_only_the_earlier_exercise_that_fails(capfd):
     assert "fix Exercise 3 (apply_rope) first" in out and "Exercise 4" not in out, out
 
 
+def test_gqa_layer_success_line_names_the_learners_class(capfd):
+    learner = layer()
+    learner.__name__ = "MyAttention"
+    check_gqa_attention(learner, hidden=False)
+    out, _ = capfd.readouterr()
+    assert out == ("✔ MyAttention matches the reference on 2 layers, with and without the KV cache, which keeps "
+                   "only the n_kv_heads heads\n"), out
+
+
+def test_gqa_layer_cache_must_hold_every_position():
+    keeps_the_last_call_only = ("k, v = cache.append(k, v)",
+                                "k, v = cache.append(k, v)\n            cache.k, cache.v = k[:, :, -T:], v[:, :, -T:]")
+    fails(check_gqa_attention, layer(keeps_the_last_call_only), "it holds 3 positions, expected 6", hidden=False)
+
+
 def test_gqa_layer_reference_and_builtin_are_off_limits():
     fails(check_gqa_attention, modern.GroupedQueryAttention, "off-limits", OffLimitsError, hidden=False)
     fused = layer(("out = grouped_query_attention(q, k, v, mask)",

@@ -258,3 +258,14 @@ def test_loss_names_the_mistake(wrong, message):
 def test_loss_refuses_the_reference():
     with pytest.raises(OffLimitsError):
         check_masked_lm_loss(lambda lg, lb: reference_masked_lm_loss(lg, lb))
+
+
+def test_loss_value_is_judged_before_its_gradient():
+    """A wrong value computed without autograd is named by its value first."""
+    with pytest.raises(CheckFailed, match="values differ from the reference"):
+        check_masked_lm_loss(lambda lg, lb: torch.tensor(my_loss(lg, lb).item() + 1.0))
+
+
+def test_convert_judges_every_key_as_a_tensor():
+    with pytest.raises(CheckFailed, match=r"d_model=4: w_k.bias: expected a torch.Tensor, got NoneType"):
+        check_convert_gpt2_attention(lambda *a: {**my_convert(*a), "w_k.bias": None})

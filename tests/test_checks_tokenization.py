@@ -463,3 +463,59 @@ def test_decode_reference_is_off_limits():
     prebuilt = tk.BPETokenizer.train("The cat sits on the mat", 300, [EOT])
     with pytest.raises(OffLimitsError, match=r"BPETokenizer.decode' is off-limits"):
         check_bpe_decode(lambda ids, vocab: prebuilt.decode(ids))
+
+
+# ----------------------------------------------------------------------------------------------
+# Inputs left alone, and a wrong merge explained (the checks' inspectors)
+# ----------------------------------------------------------------------------------------------
+
+
+def encode_then_grow_vocab(text, vocab, merges, special_tokens=()):
+    ids = make_encode()(text, vocab, merges, special_tokens)
+    vocab[len(vocab)] = b"new"
+    return ids
+
+
+def encode_then_grow_merges(text, vocab, merges, special_tokens=()):
+    ids = make_encode()(text, vocab, merges, special_tokens)
+    merges.append((b"q", b"q"))
+    return ids
+
+
+def decode_then_shrink_vocab(ids, vocab):
+    text = good_decode(ids, vocab)
+    vocab.pop(max(vocab))
+    return text
+
+
+@pytest.mark.parametrize(
+    "check, fn, message",
+    [
+        (check_bpe_encode, encode_then_grow_vocab, "modified its input 'vocab, merges or special_tokens'"),
+        (check_bpe_encode, encode_then_grow_merges, "modified its input 'vocab, merges or special_tokens'"),
+        (check_bpe_decode, decode_then_shrink_vocab, "modified its input 'vocab'"),
+    ],
+)
+def test_encode_and_decode_must_not_modify_their_inputs(check, fn, message):
+    with pytest.raises(CheckFailed, match=message):
+        check(fn)
+
+
+@pytest.mark.parametrize(
+    "replacement, message",
+    [
+        ((b"Q", b"Z"), r"merge #2 is \(b'Q', b'Z'\), which is not an adjacent pair of the words after the first 2"),
+        ("lo", r"merge #2 must be a pair \(left, right\) of bytes tokens, got 'lo'"),
+    ],
+)
+def test_train_bpe_wrong_merge_is_explained_from_the_counts_at_that_merge(replacement, message):
+    good = make_train()
+
+    def third_merge_replaced(text, vocab_size, special_tokens=()):
+        vocab, merges = good(text, vocab_size, special_tokens)
+        if len(merges) > 2:  # CLASSIC, the first case with three merges or more
+            merges[2] = replacement
+        return vocab, merges
+
+    with pytest.raises(CheckFailed, match=message):
+        check_train_bpe(third_merge_replaced)

@@ -671,3 +671,30 @@ def test_estimate_loss_mistakes_are_named(learner, message):
 def test_estimate_loss_reference_is_off_limits():
     with pytest.raises(OffLimitsError, match="tfcourse.training.loop.estimate_loss"):
         check_estimate_loss(calls_the_reference_estimate)
+
+
+# ----------------------------------------------------------------------------------------------
+# The success lines and messages the runner must keep
+# ----------------------------------------------------------------------------------------------
+
+
+def test_adamw_step_success_line_counts_the_steps_of_every_case(capfd):
+    check_adamw_step(adamw_step)
+    assert capfd.readouterr().out == "✔ adamw_step matches torch.optim.AdamW over 7 steps on 2 cases\n"
+    check_adamw_step(adamw_step, hidden=True)
+    assert capfd.readouterr().out == ("✔ adamw_step matches torch.optim.AdamW over 24 steps on 5 cases "
+                                      "(hidden cases included)\n")
+
+
+def test_get_batch_judges_x_and_y_each_as_a_tensor():
+    def y_missing(data, batch_size, context_len, generator):
+        return get_batch(data, batch_size, context_len, generator)[0], None
+
+    with pytest.raises(CheckFailed, match=r"context_len=8\): y: expected a torch.Tensor, got NoneType"):
+        check_get_batch(y_missing)
+
+
+def test_estimate_loss_runs_the_learners_code_with_autograd_on():
+    """The check must not switch autograd off itself: switching it off is the learner's part."""
+    with pytest.raises(CheckFailed, match="tracked gradients"):
+        check_estimate_loss(gradients_tracked)

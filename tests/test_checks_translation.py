@@ -423,3 +423,21 @@ def test_greedy_reference_is_off_limits():
 def test_greedy_stub():
     with pytest.raises(CheckFailed, match="not implemented yet"):
         check_greedy_decode(stub)
+
+
+def test_shift_target_judges_both_outputs_as_tensors():
+    def labels_missing(tgt, bos_id, eos_id, pad_id, ignore_index=-100):
+        return make_shift()(tgt, bos_id, eos_id, pad_id, ignore_index)[0], None
+
+    with pytest.raises(CheckFailed, match=r"^labels for tgt .*: expected a torch.Tensor, got NoneType"):
+        check_shift_target(labels_missing)
+
+
+def test_success_lines_are_kept(capfd):
+    check_shift_target(make_shift())
+    check_label_smoothed_cross_entropy(make_smoothed(), hidden=True)
+    assert capfd.readouterr().out.splitlines() == [
+        "✔ shift_target builds decoder inputs and labels on 2 batches",
+        "✔ label_smoothed_cross_entropy equals torch's cross_entropy(..., ignore_index, label_smoothing) on 8 "
+        "inputs, gradient included (hidden cases included)",
+    ]

@@ -9,6 +9,8 @@ module must also work where a GPU run puts them: `causal_mask` on the device it 
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -21,33 +23,45 @@ from ..attention import (MultiHeadAttention, causal_mask, merge_heads, padding_m
                          split_heads)
 from ..layouts import in_layout_of
 from ..validation import shape_str
-from .core import (isolated, composite, CheckFailed, call_learner, compare, expect_portable, expect_unchanged, hidden_note, learner_namespaces, load_state,
-                   off_limits, passed)
+from .core import (Case, CheckFailed, Exercise, build_module, call_learner, compare, composite, expect_portable,
+                   hidden_note, isolated, learner_namespaces, load_state, off_limits, passed, run, run_case, seeded)
 
 # While a check runs, the answer for that exercise and the matching torch built-ins are off-limits.
+# (The variance is measured: nothing to refuse. Its ✔ line names the d_k measured, filled in by the check.)
+DOT_PRODUCT_VARIANCE = Exercise("dot product variance", (), "dot_product_variance measures Var(q·k) ≈ d_k, and "
+                                "≈ 1 after ÷√d_k, for d_k in {d_ks}")
 SDPA_OFF_LIMITS = [
     "tfcourse.attention.scaled_dot_product_attention",
     "torch.nn.functional.scaled_dot_product_attention",
     "torch.nn.functional.multi_head_attention_forward",
     "torch.nn.MultiheadAttention",
 ]
+SDPA = Exercise("scaled dot-product attention", SDPA_OFF_LIMITS, "scaled_dot_product_attention matches the reference "
+                "on {n} cases (masks, fully masked rows, dropout)", no_grad=False)  # it checks gradients too
 CAUSAL_MASK_OFF_LIMITS = [
     "tfcourse.attention.causal_mask",
     "torch.nn.Transformer.generate_square_subsequent_mask",
 ]
+CAUSAL_MASK = Exercise("causal mask", CAUSAL_MASK_OFF_LIMITS, "causal_mask matches the reference for {n} sizes, "
+                       "square and with a cache offset, on the device asked for")
 PADDING_MASK_OFF_LIMITS = ["tfcourse.attention.padding_mask"]
+PADDING_MASK = Exercise("padding mask", PADDING_MASK_OFF_LIMITS, "padding_mask matches the reference on {n} batches")
 HEADS_OFF_LIMITS = [
     "tfcourse.attention.split_heads",
     "tfcourse.attention.merge_heads",
     "tfcourse.attention.MultiHeadAttention.split_heads",
     "tfcourse.attention.MultiHeadAttention.merge_heads",
 ]
+SPLIT_MERGE_HEADS = Exercise("split and merge heads", HEADS_OFF_LIMITS, "split_heads and merge_heads match the "
+                             "reference on {n} shapes and invert each other")
 MHA_OFF_LIMITS = [
     "tfcourse.attention.MultiHeadAttention",
     "torch.nn.MultiheadAttention",
     "torch.nn.functional.multi_head_attention_forward",
     "torch.nn.functional.scaled_dot_product_attention",
 ]
+MULTI_HEAD_ATTENTION = Exercise("multi-head attention", MHA_OFF_LIMITS, "MultiHeadAttention matches the reference on "
+                                "{n} cases (self, masked, cross), on any device")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -65,43 +79,59 @@ def _as_float(value: Any, what: str) -> float:
     return float(value)
 
 
+def _call_seeded(learner_fn: Callable, seed: int, what: str, args: tuple, kwargs: dict[str, Any]) -> Any:
+    """The learner draws q and k from the global generators (torch's or NumPy's): seeded, a rerun
+    measures the same."""
+    torch.manual_seed(seed)
+    np.random.seed(seed)
+    return call_learner(what, learner_fn, *args, **kwargs)
+
+
+def _judge_variance(answer: Any, what: str, d_k: int, scaled: bool) -> None:
+    """Near d_k (near 1 when scaled), within 15 %; a value near what a usual mistake measures is named."""
+    value = _as_float(answer, what)
+    target = 1.0 if scaled else float(d_k)
+    if not math.isfinite(value):
+        raise CheckFailed(f"{what}: got {value}, expected a finite variance near {target:g}")
+    if value == target and d_k > 1:
+        raise CheckFailed(f"{what}: returned exactly {target:g}, the theoretical value; "
+                          "measure it: draw random q and k and take the variance of their dot products")
+
+    def near(x: float) -> bool:
+        return abs(value - x) <= 0.15 * x
+
+    if near(target):
+        return
+    if scaled and d_k > 1 and near(1.0 / d_k):
+        raise CheckFailed(f"{what}: got {value:.3g}, about 1/d_k: you divided by d_k instead of √d_k")
+    if scaled and d_k > 1 and near(float(d_k)):
+        raise CheckFailed(f"{what}: got {value:.3g}, about d_k: with scaled=True divide each dot "
+                          "product by √d_k")
+    if not scaled and d_k > 1 and near(1.0):
+        raise CheckFailed(f"{what}: got {value:.3g}, about 1 instead of d_k = {d_k}: with scaled=False "
+                          "use the raw dot products q·k (sum over all d_k products)")
+    if d_k > 1 and near(math.sqrt(target)):
+        raise CheckFailed(f"{what}: got {value:.3g}, about √{target:g}: that is the standard deviation; "
+                          "return the variance (.var())")
+    raise CheckFailed(f"{what}: got {value:.3g}, expected about {target:g} (within 15 %)")
+
+
+def _variance_case(seed: int, d_k: int, scaled: bool) -> Case:
+    n_pairs = 20_000 if d_k <= 256 else 4_000
+    what = f"dot_product_variance({d_k}, n_pairs={n_pairs}, scaled={scaled})"
+    return Case(what, call=functools.partial(_call_seeded, seed=seed, what=what, args=(d_k,),
+                                             kwargs={"n_pairs": n_pairs, "scaled": scaled}),
+                inspect=functools.partial(_judge_variance, what=what, d_k=d_k, scaled=scaled))
+
+
 @isolated
 def check_dot_product_variance(learner_fn: Callable, hidden: bool = False) -> None:
     """The measured variance of q·k is about d_k, and about 1 after dividing by √d_k."""
     d_ks = [4, 64, 256] + ([1, 16, 1024] if hidden else [])
-    for seed, d_k in enumerate(d_ks):
-        n_pairs = 20_000 if d_k <= 256 else 4_000
-        for scaled in (False, True):
-            what = f"dot_product_variance({d_k}, n_pairs={n_pairs}, scaled={scaled})"
-            torch.manual_seed(seed)
-            np.random.seed(seed)
-            value = _as_float(call_learner(what, learner_fn, d_k, n_pairs=n_pairs, scaled=scaled), what)
-            target = 1.0 if scaled else float(d_k)
-            if not math.isfinite(value):
-                raise CheckFailed(f"{what}: got {value}, expected a finite variance near {target:g}")
-            if value == target and d_k > 1:
-                raise CheckFailed(f"{what}: returned exactly {target:g}, the theoretical value; "
-                                  "measure it: draw random q and k and take the variance of their dot products")
-
-            def near(x: float) -> bool:
-                return abs(value - x) <= 0.15 * x
-
-            if near(target):
-                continue
-            if scaled and d_k > 1 and near(1.0 / d_k):
-                raise CheckFailed(f"{what}: got {value:.3g}, about 1/d_k: you divided by d_k instead of √d_k")
-            if scaled and d_k > 1 and near(float(d_k)):
-                raise CheckFailed(f"{what}: got {value:.3g}, about d_k: with scaled=True divide each dot "
-                                  "product by √d_k")
-            if not scaled and d_k > 1 and near(1.0):
-                raise CheckFailed(f"{what}: got {value:.3g}, about 1 instead of d_k = {d_k}: with scaled=False "
-                                  "use the raw dot products q·k (sum over all d_k products)")
-            if d_k > 1 and near(math.sqrt(target)):
-                raise CheckFailed(f"{what}: got {value:.3g}, about √{target:g}: that is the standard deviation; "
-                                  "return the variance (.var())")
-            raise CheckFailed(f"{what}: got {value:.3g}, expected about {target:g} (within 15 %)")
-    passed(f"dot_product_variance measures Var(q·k) ≈ d_k, and ≈ 1 after ÷√d_k, for d_k in {d_ks}"
-           + hidden_note(hidden))
+    cases = [_variance_case(seed, d_k, scaled) for seed, d_k in enumerate(d_ks) for scaled in (False, True)]
+    # Its ✔ line names the d_k measured rather than a number of cases (run fills in only {n}).
+    exercise = dataclasses.replace(DOT_PRODUCT_VARIANCE, success=DOT_PRODUCT_VARIANCE.success.format(d_ks=d_ks))
+    run(exercise, learner_fn, cases, hidden)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -197,14 +227,12 @@ def _unpack_pair(result: Any, what: str) -> tuple[Any, Any]:
     return result[0], result[1]
 
 
-def _call_sdpa(learner_fn: Callable, case: dict[str, Any], q: Tensor, k: Tensor, v: Tensor) -> Any:
-    args = (q, k, v) if case["mask"] is None else (q, k, v, case["mask"])
-    call = "scaled_dot_product_attention(q, k, v" + ("" if case["mask"] is None else ", mask")
-    if case.get("dropout_p"):
+def _attention_pair(learner_fn: Callable, what: str, args: tuple, kwargs: dict[str, Any], label: str) -> tuple:
+    """The learner's (output, weights). Dropout draws from torch's global generator: seeded, a
+    rerun drops the same weights."""
+    if kwargs.get("dropout_p"):
         torch.manual_seed(0)
-        return call_learner(call + f", dropout_p={case['dropout_p']})", learner_fn, *args,
-                            dropout_p=case["dropout_p"])
-    return call_learner(call + ")", learner_fn, *args)
+    return _unpack_pair(call_learner(what, learner_fn, *args, **kwargs), label)
 
 
 def _check_dropout(output: Tensor, weights: Tensor, expected_weights: Tensor, v: Tensor, p: float,
@@ -225,53 +253,76 @@ def _check_dropout(output: Tensor, weights: Tensor, expected_weights: Tensor, v:
     compare(output, weights @ v, f"output ({what}): must be the dropped-out weights @ v")
 
 
+def _expect_zero_rows(weights: Any, mask: Tensor | None, expected_weights: Tensor, label: str) -> None:
+    """A query whose keys are all masked gets zero weights: not NaN, not a uniform row."""
+    if mask is None or not isinstance(weights, Tensor) or weights.shape != expected_weights.shape:
+        return
+    empty = (~mask.any(dim=-1, keepdim=True)).expand_as(weights)  # queries with no allowed key
+    if empty.any() and not torch.equal(weights[empty], torch.zeros_like(weights[empty])):
+        nan = bool(torch.isnan(weights[empty]).any())
+        raise CheckFailed(
+            f"{label}: a query whose keys are all masked got "
+            + ("NaN weights (softmax of a row of -inf is 0/0)" if nan else "non-zero weights")
+            + "; give such rows zero weights and a zero output (see the hint)")
+
+
+def _expect_finite_gradients(learner_fn: Callable, what: str, spec: dict[str, Any], kwargs: dict[str, Any]) -> None:
+    """A second call, on leaves that need gradients: backward through a fully masked row must not give NaN."""
+    leaves = [t.clone().requires_grad_() for t in (spec["q"], spec["k"], spec["v"])]
+    args = (*leaves,) if spec["mask"] is None else (*leaves, spec["mask"])
+    output, _ = _attention_pair(learner_fn, what, args, kwargs, spec["label"])
+    call_learner("output.sum().backward()", lambda: output.sum().backward())
+    if not all(leaf.grad is not None and torch.isfinite(leaf.grad).all() for leaf in leaves):
+        raise CheckFailed(
+            f"{spec['label']}: the forward pass is right but the gradients are NaN: softmax over a row of "
+            "-inf has a NaN gradient even if you zero its output afterwards; fill masked scores "
+            "with masked_fill and set fully masked rows to a finite value (e.g. 0) *before* softmax")
+
+
+def _expect_attention(pair: tuple, spec: dict[str, Any], expected: tuple[Tensor, Tensor],
+                      mistakes: dict[str, tuple[Tensor, Tensor]], gradients: Callable[[], None] | None) -> None:
+    """(output, weights) in that order; with dropout, weights dropped and rescaled; else the weights,
+    then the output, equal to the reference, and then (where asked) finite gradients."""
+    output, weights = pair
+    expected_output, expected_weights = expected
+    label = spec["label"]
+    if (isinstance(output, Tensor) and isinstance(weights, Tensor)
+            and expected_output.shape != expected_weights.shape
+            and output.shape == expected_weights.shape and weights.shape == expected_output.shape):
+        raise CheckFailed(f"{label}: you returned (weights, output); return (output, weights)")
+    if spec.get("dropout_p"):
+        _check_dropout(output, weights, expected_weights, spec["v"], spec["dropout_p"], label)
+        return
+    _expect_zero_rows(weights, spec["mask"], expected_weights, label)
+    swapped = {"the output: you returned (weights, output); return (output, weights)": expected_output}
+    compare(weights, expected_weights, f"weights ({label})", {**{d: w for d, (_, w) in mistakes.items()}, **swapped})
+    compare(output, expected_output, f"output ({label})", {d: o for d, (o, _) in mistakes.items()})
+    if gradients is not None:
+        gradients()
+
+
+def _sdpa_case(learner_fn: Callable, spec: dict[str, Any]) -> Case:
+    """The call, its reference answer and every usual mistake's, computed before the learner's code runs."""
+    q, k, v, mask, label = spec["q"], spec["k"], spec["v"], spec["mask"], spec["label"]
+    args = (q, k, v) if mask is None else (q, k, v, mask)
+    kwargs = {"dropout_p": spec["dropout_p"]} if spec.get("dropout_p") else {}
+    what = ("scaled_dot_product_attention(q, k, v" + ("" if mask is None else ", mask")
+            + (f", dropout_p={spec['dropout_p']}" if kwargs else "") + ")")
+    gradients = None
+    if spec.get("grad"):  # a second call, judged once the forward pass is right
+        gradients = functools.partial(_expect_finite_gradients, learner_fn, what, spec, kwargs)
+    return Case(what, args, kwargs, unchanged_what=f"scaled_dot_product_attention ({label})",
+                call=functools.partial(_attention_pair, what=what, args=args, kwargs=kwargs, label=label),
+                inspect=functools.partial(_expect_attention, spec=spec,
+                                          expected=scaled_dot_product_attention(q, k, v, mask),
+                                          mistakes=_sdpa_mistakes(q, k, v, mask), gradients=gradients))
+
+
 @isolated
 def check_scaled_dot_product_attention(learner_fn: Callable, hidden: bool = False) -> None:
     """softmax(q kᵀ/√d_k) v with boolean masks (True = may attend), zero rows for fully masked queries."""
-    cases = _sdpa_cases(hidden)
-    for case in cases:  # every answer is computed before the learner's code runs
-        q, k, v, mask = case["q"], case["k"], case["v"], case["mask"]
-        case["expected"] = scaled_dot_product_attention(q, k, v, mask)
-        case["mistakes"] = _sdpa_mistakes(q, k, v, mask)
-    with off_limits(SDPA_OFF_LIMITS, "scaled dot-product attention", learner_namespaces(learner_fn)):
-        for case in cases:
-            q, k, v, mask, label = case["q"], case["k"], case["v"], case["mask"], case["label"]
-            inputs = [t for t in (q, k, v, mask) if t is not None]
-            before = [t.clone() for t in inputs]
-            output, weights = _unpack_pair(_call_sdpa(learner_fn, case, q, k, v), label)
-            expect_unchanged(before, inputs, f"scaled_dot_product_attention ({label})")
-            expected_output, expected_weights = case["expected"]
-            if (isinstance(output, Tensor) and isinstance(weights, Tensor)
-                    and expected_output.shape != expected_weights.shape
-                    and output.shape == expected_weights.shape and weights.shape == expected_output.shape):
-                raise CheckFailed(f"{label}: you returned (weights, output); return (output, weights)")
-            if case.get("dropout_p"):
-                _check_dropout(output, weights, expected_weights, v, case["dropout_p"], label)
-                continue
-            if mask is not None and isinstance(weights, Tensor) and weights.shape == expected_weights.shape:
-                empty = (~mask.any(dim=-1, keepdim=True)).expand_as(weights)  # queries with no allowed key
-                if empty.any() and not torch.equal(weights[empty], torch.zeros_like(weights[empty])):
-                    nan = bool(torch.isnan(weights[empty]).any())
-                    raise CheckFailed(
-                        f"{label}: a query whose keys are all masked got "
-                        + ("NaN weights (softmax of a row of -inf is 0/0)" if nan else "non-zero weights")
-                        + "; give such rows zero weights and a zero output (see the hint)")
-            swapped = {"the output: you returned (weights, output); return (output, weights)": expected_output}
-            compare(weights, expected_weights, f"weights ({label})",
-                    {**{d: w for d, (_, w) in case["mistakes"].items()}, **swapped})
-            compare(output, expected_output, f"output ({label})",
-                    {d: o for d, (o, _) in case["mistakes"].items()})
-            if case.get("grad"):
-                leaves = [t.clone().requires_grad_() for t in (q, k, v)]
-                output, _ = _unpack_pair(_call_sdpa(learner_fn, case, *leaves), label)
-                call_learner("output.sum().backward()", lambda: output.sum().backward())
-                if not all(leaf.grad is not None and torch.isfinite(leaf.grad).all() for leaf in leaves):
-                    raise CheckFailed(
-                        f"{label}: the forward pass is right but the gradients are NaN: softmax over a row of "
-                        "-inf has a NaN gradient even if you zero its output afterwards; fill masked scores "
-                        "with masked_fill and set fully masked rows to a finite value (e.g. 0) *before* softmax")
-    passed(f"scaled_dot_product_attention matches the reference on {len(cases)} cases "
-           "(masks, fully masked rows, dropout)" + hidden_note(hidden))
+    cases = [_sdpa_case(learner_fn, spec) for spec in _sdpa_cases(hidden)]
+    run(SDPA, learner_fn, cases, hidden)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -288,91 +339,154 @@ def _expect_bool_mask(mask: Any, what: str) -> None:
         raise CheckFailed(f"{what}: expected a bool tensor (True = may attend), got dtype {mask.dtype}{extra}")
 
 
+def _causal_case(t_q: int, t_k: int | None) -> Case:
+    full_k = t_q if t_k is None else t_k
+    expected = causal_mask(t_q, t_k)
+    ones = torch.ones(t_q, full_k, dtype=torch.bool)
+    offset = full_k - t_q
+    mistakes = {
+        "a mask that is True on the future (the upper triangle): True must mean *may attend*, so the "
+        "future must be False": ~expected,
+        "a mask that blocks the diagonal: every token must be allowed to see itself":
+            ones.tril(diagonal=offset - 1),
+        "a mask shifted the other way: each query also sees the next (future) token; the diagonal is the "
+        "last position a query may see": ones.tril(diagonal=offset + 1),
+        "a transposed mask: you blocked the past (lower triangle) instead of the future (upper triangle)":
+            ones.triu(diagonal=offset),
+        "the square mask's pattern: for t_k > t_q the queries are the *last* t_q positions, so query i "
+        "sits at position t_k - t_q + i (shift the diagonal by t_k - t_q)": ones.tril(),
+    }
+    what = f"causal_mask({t_q})" if t_k is None else f"causal_mask({t_q}, {t_k})"
+    args = (t_q,) if t_k is None else (t_q, t_k)
+    return Case(what, args, expected=expected, mistakes=mistakes,
+                inspect=functools.partial(_expect_bool_mask, what=what))
+
+
+def _expect_mask_on_devices(learner_fn: Callable, devices: list[str]) -> None:
+    """The mask is made on the device it is asked for, so that on a GPU it sits next to the scores."""
+    for device in devices:
+        what = f"causal_mask(3, 5, device={device!r})"
+        mask = call_learner(what, learner_fn, 3, 5, device=device)
+        if not isinstance(mask, Tensor) or mask.device.type != device:
+            where = mask.device.type if isinstance(mask, Tensor) else type(mask).__name__
+            raise CheckFailed(f"{what}: your mask is on {where}; create it on the given device (device=device "
+                              "in the tensor you build), so that on a GPU it sits next to the scores")
+        if tuple(mask.shape) != (3, 5) or mask.dtype != torch.bool:
+            raise CheckFailed(f"{what}: expected a (3, 5) bool mask, got {shape_str(mask)} {mask.dtype}")
+
+
 @isolated
 def check_causal_mask(learner_fn: Callable, hidden: bool = False) -> None:
     """(T_q, T_k) bool, True on and below the (shifted) diagonal: no query sees its future."""
     sizes: list[tuple[int, int | None]] = [(4, None), (6, None), (2, 5), (1, 4), (1, None)]
     if hidden:
         sizes += [(3, 3), (9, None), (3, 8)]
-    cases = []
-    for t_q, t_k in sizes:
-        full_k = t_q if t_k is None else t_k
-        expected = causal_mask(t_q, t_k)
-        ones = torch.ones(t_q, full_k, dtype=torch.bool)
-        offset = full_k - t_q
-        mistakes = {
-            "a mask that is True on the future (the upper triangle): True must mean *may attend*, so the "
-            "future must be False": ~expected,
-            "a mask that blocks the diagonal: every token must be allowed to see itself":
-                ones.tril(diagonal=offset - 1),
-            "a mask shifted the other way: each query also sees the next (future) token; the diagonal is the "
-            "last position a query may see": ones.tril(diagonal=offset + 1),
-            "a transposed mask: you blocked the past (lower triangle) instead of the future (upper triangle)":
-                ones.triu(diagonal=offset),
-            "the square mask's pattern: for t_k > t_q the queries are the *last* t_q positions, so query i "
-            "sits at position t_k - t_q + i (shift the diagonal by t_k - t_q)": ones.tril(),
-        }
-        cases.append((t_q, t_k, expected, mistakes))
-    with off_limits(CAUSAL_MASK_OFF_LIMITS, "causal mask", learner_namespaces(learner_fn)):
-        for t_q, t_k, expected, mistakes in cases:
-            what = f"causal_mask({t_q})" if t_k is None else f"causal_mask({t_q}, {t_k})"
-            args = (t_q,) if t_k is None else (t_q, t_k)
-            mask = call_learner(what, learner_fn, *args)
-            _expect_bool_mask(mask, what)
-            compare(mask, expected, what, mistakes)
-        # On the device it is asked for: "meta" stands in for a GPU (a device without data, on any machine).
-        devices = ["meta"] + (["cuda"] if hidden and torch.cuda.is_available() else [])
-        for device in devices:
-            what = f"causal_mask(3, 5, device={device!r})"
-            mask = call_learner(what, learner_fn, 3, 5, device=device)
-            if not isinstance(mask, Tensor) or mask.device.type != device:
-                where = mask.device.type if isinstance(mask, Tensor) else type(mask).__name__
-                raise CheckFailed(f"{what}: your mask is on {where}; create it on the given device (device=device "
-                                  "in the tensor you build), so that on a GPU it sits next to the scores")
-            if tuple(mask.shape) != (3, 5) or mask.dtype != torch.bool:
-                raise CheckFailed(f"{what}: expected a (3, 5) bool mask, got {shape_str(mask)} {mask.dtype}")
-    passed(f"causal_mask matches the reference for {len(cases)} sizes, square and with a cache offset, on the "
-           "device asked for" + hidden_note(hidden))
+    cases = [_causal_case(t_q, t_k) for t_q, t_k in sizes]
+    # "meta" stands in for a GPU (a device without data, on any machine).
+    devices = ["meta"] + (["cuda"] if hidden and torch.cuda.is_available() else [])
+    run(CAUSAL_MASK, learner_fn, cases, hidden, then=functools.partial(_expect_mask_on_devices, learner_fn, devices))
+
+
+def _expect_key_mask(mask: Any, what: str, expected: Tensor) -> None:
+    """A bool mask of shape (B, 1, 1, T); the shapes that leave out the broadcast axes, or mask the
+    queries instead of the keys, named."""
+    _expect_bool_mask(mask, what)
+    batch, length = expected.shape[0], expected.shape[-1]
+    if tuple(mask.shape) == (batch, length) and length > 1:
+        raise CheckFailed(f"{what}: got shape {shape_str(mask)}; add the head and query axes, "
+                          f"(B, 1, 1, T) = {shape_str(expected)}, so it broadcasts over "
+                          "(B, n_heads, T_q, T_k)")
+    if tuple(mask.shape) == (batch, 1, length, 1) and length > 1:
+        raise CheckFailed(f"{what}: got shape {shape_str(mask)}, which masks *queries*; padding "
+                          f"hides *keys*, the last axis: (B, 1, 1, T) = {shape_str(expected)}")
+
+
+def _padding_case(ids: Tensor, pad_id: int) -> Case:
+    what = f"padding_mask(ids of shape {shape_str(ids)}, pad_id={pad_id})"
+    expected = padding_mask(ids, pad_id)
+    inverted = "a mask that is True at the padding: True must mean *may attend*, so padding is False"
+    return Case(what, (ids, pad_id), expected=expected, mistakes={inverted: ~expected},
+                inspect=functools.partial(_expect_key_mask, what=what, expected=expected))
 
 
 @isolated
 def check_padding_mask(learner_fn: Callable, hidden: bool = False) -> None:
     """(B, 1, 1, T) bool, False at padding keys."""
-    cases = [
+    batches = [
         (torch.tensor([[5, 7, 2, 0, 0], [3, 4, 0, 0, 0]]), 0),
         (torch.tensor([[9]]), 0),
         (torch.tensor([[2, 8, 9, 2], [6, 2, 7, 1], [2, 2, 2, 2]]), 2),  # padding anywhere; an all-padding row
     ]
     if hidden:
-        cases += [
-            (torch.arange(1, 19).reshape(3, 6), 0),  # no padding at all
+        batches += [
+            (torch.arange(1, 19).reshape(3, 6), 0),  # (3, 6): no padding at all
             (torch.zeros(1, 4, dtype=torch.long), 0),  # batch of 1, nothing but padding
             (torch.tensor([[1, 1, 1, 3, 1, 0, 0, 0]]), 1),
         ]
-    expectations = [(ids, pad_id, padding_mask(ids, pad_id)) for ids, pad_id in cases]
-    with off_limits(PADDING_MASK_OFF_LIMITS, "padding mask", learner_namespaces(learner_fn)):
-        for ids, pad_id, expected in expectations:
-            batch, length = ids.shape
-            what = f"padding_mask(ids of shape {shape_str(ids)}, pad_id={pad_id})"
-            ids_before = ids.clone()
-            mask = call_learner(what, learner_fn, ids, pad_id)
-            expect_unchanged([ids_before], [ids], what)
-            _expect_bool_mask(mask, what)
-            if tuple(mask.shape) == (batch, length) and length > 1:
-                raise CheckFailed(f"{what}: got shape {shape_str(mask)}; add the head and query axes, "
-                                  f"(B, 1, 1, T) = {shape_str(expected)}, so it broadcasts over "
-                                  "(B, n_heads, T_q, T_k)")
-            if tuple(mask.shape) == (batch, 1, length, 1) and length > 1:
-                raise CheckFailed(f"{what}: got shape {shape_str(mask)}, which masks *queries*; padding "
-                                  f"hides *keys*, the last axis: (B, 1, 1, T) = {shape_str(expected)}")
-            inverted = "a mask that is True at the padding: True must mean *may attend*, so padding is False"
-            compare(mask, expected, what, {inverted: ~expected})
-    passed(f"padding_mask matches the reference on {len(cases)} batches" + hidden_note(hidden))
+    run(PADDING_MASK, learner_fn, [_padding_case(ids, pad_id) for ids, pad_id in batches], hidden)
 
 
 # ----------------------------------------------------------------------------------------------
 # Splitting and merging heads
 # ----------------------------------------------------------------------------------------------
+
+
+def _expect_heads_transposed(split: Any, what: str, expected: Tensor) -> None:
+    batch, n_heads, length, d_head = expected.shape
+    untransposed = (batch, length, n_heads, d_head)
+    if isinstance(split, Tensor) and tuple(split.shape) == untransposed != tuple(expected.shape):
+        raise CheckFailed(f"{what}: got shape {shape_str(split)} = (B, T, n_heads, d_head); "
+                          "transpose(1, 2) to (B, n_heads, T, d_head)")
+
+
+def _expect_heads_concatenated(merged: Any, what: str, heads: Tensor) -> None:
+    batch, n_heads, length, d_head = heads.shape
+    if isinstance(merged, Tensor) and tuple(merged.shape) == (batch, length, d_head) and n_heads > 1:
+        raise CheckFailed(f"{what}: got shape {shape_str(merged)}: the heads were summed or averaged; "
+                          f"concatenate them into d_model = n_heads × d_head = {n_heads * d_head}")
+
+
+def _merge_of_split(learner_split: Callable, learner_merge: Callable, x: Tensor, n_heads: int) -> Any:
+    return learner_merge(learner_split(x, n_heads))
+
+
+def _heads_cases(seed: int, batch: int, length: int, d_model: int, n_heads: int, learner_split: Callable,
+                 learner_merge: Callable) -> list[tuple[Callable, Case]]:
+    """Three calls for one shape, each with the learner's function it calls: split_heads, merge_heads,
+    and merge_heads(split_heads(x)), which must give x back."""
+    generator = seeded(seed)
+    d_head = d_model // n_heads
+    x = torch.randn(batch, length, d_model, generator=generator)
+    heads = torch.randn(batch, n_heads, length, d_head, generator=generator)
+    # x is (B, T, d_model), heads (B, n_heads, T, d_head): each mistake is a reshape of them.
+    split_mistakes = {
+        "a reshape straight to (B, n_heads, T, d_head) without the transpose: positions and heads get "
+        "mixed; view as (B, T, n_heads, d_head), then transpose(1, 2)": x.reshape(batch, n_heads, length, d_head),
+        "(B, T, n_heads, d_head): the transpose(1, 2) is missing": x.view(batch, length, n_heads, d_head),
+        "heads that take every n_heads-th dimension (interleaved) instead of a contiguous block of d_head "
+        "dimensions": x.view(batch, length, d_head, n_heads).permute(0, 3, 1, 2),
+    }
+    merge_mistakes = {
+        "a merge by reshape without the transpose: reading (B, n_heads, T, d_head) as (B, T, d_model) "
+        "scrambles positions and heads; transpose(1, 2) first": heads.reshape(batch, length, d_model),
+        "heads interleaved dimension by dimension: concatenate whole heads (transpose(1, 2), then "
+        "reshape)": heads.permute(0, 2, 3, 1).reshape(batch, length, d_model),
+        "the heads concatenated in reverse order": merge_heads(heads.flip(1)),
+    }
+    split_what = f"split_heads(x of shape {shape_str(x)}, n_heads={n_heads})"
+    merge_what = f"merge_heads(x of shape {shape_str(heads)})"
+    round_trip_what = f"merge_heads(split_heads(x, {n_heads})) for x of shape {shape_str(x)}"
+    expected_split = split_heads(x, n_heads)
+    return [
+        (learner_split, Case(split_what, (x, n_heads), expected=expected_split, mistakes=split_mistakes,
+                             inspect=functools.partial(_expect_heads_transposed, what=split_what,
+                                                       expected=expected_split))),
+        (learner_merge, Case(merge_what, (heads,), expected=merge_heads(heads), mistakes=merge_mistakes,
+                             inspect=functools.partial(_expect_heads_concatenated, what=merge_what, heads=heads))),
+        (functools.partial(_merge_of_split, learner_split, learner_merge),
+         Case(round_trip_what, (x, n_heads), expected=x, label=round_trip_what + " should give x back",
+              unchanged=())),  # the two calls above already check that their inputs are left alone
+    ]
 
 
 @isolated
@@ -381,56 +495,14 @@ def check_split_merge_heads(learner_split: Callable, learner_merge: Callable, hi
     shapes = [(2, 5, 8, 2), (1, 1, 4, 4), (3, 4, 12, 4)]  # the last has T == n_heads
     if hidden:
         shapes += [(2, 6, 12, 3), (1, 3, 16, 1), (2, 7, 64, 8)]
-    cases = []
-    for seed, (batch, length, d_model, n_heads) in enumerate(shapes):
-        generator = torch.Generator().manual_seed(seed)
-        d_head = d_model // n_heads
-        x = torch.randn(batch, length, d_model, generator=generator)
-        heads = torch.randn(batch, n_heads, length, d_head, generator=generator)
-        split_mistakes = {
-            "a reshape straight to (B, n_heads, T, d_head) without the transpose: positions and heads get "
-            "mixed; view as (B, T, n_heads, d_head), then transpose(1, 2)": x.reshape(batch, n_heads, length, d_head),
-            "(B, T, n_heads, d_head): the transpose(1, 2) is missing": x.view(batch, length, n_heads, d_head),
-            "heads that take every n_heads-th dimension (interleaved) instead of a contiguous block of d_head "
-            "dimensions": x.view(batch, length, d_head, n_heads).permute(0, 3, 1, 2),
-        }
-        merge_mistakes = {
-            "a merge by reshape without the transpose: reading (B, n_heads, T, d_head) as (B, T, d_model) "
-            "scrambles positions and heads; transpose(1, 2) first": heads.reshape(batch, length, d_model),
-            "heads interleaved dimension by dimension: concatenate whole heads (transpose(1, 2), then "
-            "reshape)": heads.permute(0, 2, 3, 1).reshape(batch, length, d_model),
-            "the heads concatenated in reverse order": merge_heads(heads.flip(1)),
-        }
-        cases.append((x, n_heads, split_heads(x, n_heads), split_mistakes, heads, merge_heads(heads), merge_mistakes))
+    cases = [case for seed, shape in enumerate(shapes)
+             for case in _heads_cases(seed, *shape, learner_split, learner_merge)]
+    # Two learner functions, so not run(), which guards one: the guard on both, and run_case for each call.
     namespaces = learner_namespaces(learner_split) + learner_namespaces(learner_merge)
-    with off_limits(HEADS_OFF_LIMITS, "split and merge heads", namespaces):
-        for x, n_heads, expected_split, split_mistakes, heads, expected_merge, merge_mistakes in cases:
-            batch, length, d_model = x.shape
-            d_head = d_model // n_heads
-            what = f"split_heads(x of shape {shape_str(x)}, n_heads={n_heads})"
-            x_before = x.clone()
-            split = call_learner(what, learner_split, x, n_heads)
-            expect_unchanged([x_before], [x], what)
-            if isinstance(split, Tensor) and tuple(split.shape) == (batch, length, n_heads, d_head) != tuple(
-                    expected_split.shape):
-                raise CheckFailed(f"{what}: got shape {shape_str(split)} = (B, T, n_heads, d_head); "
-                                  "transpose(1, 2) to (B, n_heads, T, d_head)")
-            compare(split, expected_split, what, split_mistakes)
-
-            what = f"merge_heads(x of shape {shape_str(heads)})"
-            heads_before = heads.clone()
-            merged = call_learner(what, learner_merge, heads)
-            expect_unchanged([heads_before], [heads], what)
-            if isinstance(merged, Tensor) and tuple(merged.shape) == (batch, length, d_head) and n_heads > 1:
-                raise CheckFailed(f"{what}: got shape {shape_str(merged)}: the heads were summed or averaged; "
-                                  f"concatenate them into d_model = n_heads × d_head = {d_model}")
-            compare(merged, expected_merge, what, merge_mistakes)
-
-            what = f"merge_heads(split_heads(x, {n_heads})) for x of shape {shape_str(x)}"
-            round_trip = call_learner(what, lambda: learner_merge(learner_split(x, n_heads)))
-            compare(round_trip, x, what + " should give x back")
-    passed(f"split_heads and merge_heads match the reference on {len(cases)} shapes and invert each other"
-           + hidden_note(hidden))
+    with off_limits(SPLIT_MERGE_HEADS.off_limits, SPLIT_MERGE_HEADS.name, namespaces):
+        for learner, case in cases:
+            run_case(SPLIT_MERGE_HEADS, learner, case)
+    passed(SPLIT_MERGE_HEADS.success.format(n=len(shapes)) + hidden_note(hidden))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -459,9 +531,9 @@ def _mha_variant(ref: MultiHeadAttention, x: Tensor, memory: Tensor | None, mask
                                 **attention)
     b, _, length, _ = out.shape
     if merge == "no_transpose":
-        merged = out.reshape(b, length, d_model)
+        merged = out.reshape(b, length, d_model)  # (B, n, T, d_head) read as (B, T, d_model): the mistake
     else:
-        merged = out.transpose(1, 2).reshape(b, length, d_model)
+        merged = out.transpose(1, 2).reshape(b, length, d_model)  # (B, n, T, d_head) -> (B, T, d_model)
     return ref.w_o(merged) if w_o else merged
 
 
@@ -538,63 +610,68 @@ def _mha_cases(hidden: bool) -> list[dict[str, Any]]:
     return cases
 
 
+def _mha_forward(learner_cls: type, d_model: int, n_heads: int, state: dict[str, Tensor], what: str, args: tuple,
+                mask: Tensor | None) -> Any:
+    """Build the learner's module, load the reference's weights into it (in its layout), run forward."""
+    build = f"{learner_cls.__name__}({d_model}, {n_heads})"
+    module = build_module(build, learner_cls, d_model, n_heads)
+    state = _expect_an_attention_layout(module, state, build)
+    load_state(module, state, build, strict=False)  # extra buffers (e.g. a cached mask) are fine
+    module.eval()
+    return call_learner(what, module, *args, mask=mask)
+
+
+def _expect_one_output(output: Any, what: str, x: Tensor, memory: Tensor | None) -> None:
+    """One tensor, whose rows are the queries': from x, not from memory."""
+    if isinstance(output, (tuple, list)):
+        raise CheckFailed(f"{what}: return only the output tensor (B, T_q, d_model), "
+                          f"got a {type(output).__name__}")
+    if (memory is not None and isinstance(output, Tensor) and memory.shape[1] != x.shape[1]
+            and tuple(output.shape) == tuple(memory.shape)):
+        raise CheckFailed(f"{what}: your output has one row per *memory* position; queries "
+                          "come from x (the decoder), keys and values from memory")
+
+
+def _mha_case(seed: int, spec: dict[str, Any]) -> Case:
+    """The reference module (seeded), its inputs, its output and every usual mistake's."""
+    d_model, n_heads, (batch, length) = spec["d_model"], spec["n_heads"], spec["x"]
+    torch.manual_seed(seed)
+    reference = MultiHeadAttention(d_model, n_heads).eval()
+    x = torch.randn(batch, length, d_model)
+    memory = torch.randn(batch, spec["memory"], d_model) if "memory" in spec else None
+    mask = spec.get("mask")
+    with torch.no_grad():
+        expected = reference(x, memory, mask=mask)
+        mistakes = _mha_mistakes(reference, x, memory, mask)
+    args = (x,) if memory is None else (x, memory)
+    call = "forward(x" + ("" if memory is None else ", memory") + ("" if mask is None else ", mask=mask") + ")"
+    what = f"{call} ({spec['label']})"
+    return Case(what, args, {"mask": mask}, expected=expected, mistakes=mistakes, unchanged_what=call,
+                call=functools.partial(_mha_forward, d_model=d_model, n_heads=n_heads, state=reference.state_dict(),
+                                       what=what, args=args, mask=mask),
+                inspect=functools.partial(_expect_one_output, what=what, x=x, memory=memory))
+
+
+def _expect_mha_portable(learner_cls: type) -> None:
+    """On a GPU too: fresh modules, moved to float64 and to a data-less device; self-attention without
+    a mask, cross-attention with a padding mask."""
+    generator = seeded(0)
+    x, memory = torch.randn(2, 3, 16, generator=generator), torch.randn(2, 4, 16, generator=generator)
+    keep = torch.tensor([[True] * 4, [True, True, False, False]])[:, None, None, :]  # (B, 1, 1, T_k)
+    for inputs in ([x], [x, memory, keep]):
+        build = f"{learner_cls.__name__}(16, 4)"
+        kind = "self-attention" if len(inputs) == 1 else "cross-attention with a padding mask"
+        expect_portable(f"{build} ({kind})", build_module(build, learner_cls, 16, 4), inputs)
+
+
 # Judged with the reference attention and head reshapes in place of the learner's (exercises 2 and 5).
 @composite(scaled_dot_product_attention=lambda: scaled_dot_product_attention, split_heads=lambda: split_heads,
            merge_heads=lambda: merge_heads)
 @isolated
 def check_multi_head_attention(learner_cls: type, hidden: bool = False) -> None:
     """MultiHead = Concat(head_1..h) W^O, self- and cross-attention, loaded with the reference's weights."""
-    cases = _mha_cases(hidden)
-    for seed, case in enumerate(cases):  # reference answers and mistakes first
-        torch.manual_seed(seed)
-        reference = MultiHeadAttention(case["d_model"], case["n_heads"]).eval()
-        batch, length = case["x"]
-        case["x"] = torch.randn(batch, length, case["d_model"])
-        case["memory"] = torch.randn(batch, case["memory"], case["d_model"]) if "memory" in case else None
-        case["mask"] = case.get("mask")
-        with torch.no_grad():
-            case["expected"] = reference(case["x"], case["memory"], mask=case["mask"])
-            case["mistakes"] = _mha_mistakes(reference, case["x"], case["memory"], case["mask"])
-        case["state"] = reference.state_dict()
-    with off_limits(MHA_OFF_LIMITS, "multi-head attention", learner_namespaces(learner_cls)):
-        for case in cases:
-            d_model, n_heads, x, memory, mask, label = (case[key] for key in
-                                                        ("d_model", "n_heads", "x", "memory", "mask", "label"))
-            build = f"{learner_cls.__name__}({d_model}, {n_heads})"
-            module = call_learner(build, learner_cls, d_model, n_heads)
-            if not isinstance(module, nn.Module):
-                raise CheckFailed(f"{learner_cls.__name__} must be an nn.Module subclass")
-            state = _expect_an_attention_layout(module, case["state"], build)
-            load_state(module, state, build, strict=False)  # extra buffers (e.g. a cached mask) are fine
-            module.eval()
-            inputs = [t for t in (x, memory, mask) if t is not None]
-            before = [t.clone() for t in inputs]
-            args = (x,) if memory is None else (x, memory)
-            call = "forward(x" + ("" if memory is None else ", memory") + ("" if mask is None else ", mask=mask") + ")"
-            with torch.no_grad():
-                output = call_learner(f"{call} ({label})", module, *args, mask=mask)
-            expect_unchanged(before, inputs, call)
-            if isinstance(output, (tuple, list)):
-                raise CheckFailed(f"{call} ({label}): return only the output tensor (B, T_q, d_model), "
-                                  f"got a {type(output).__name__}")
-            if (memory is not None and isinstance(output, Tensor) and memory.shape[1] != x.shape[1]
-                    and tuple(output.shape) == tuple(memory.shape)):
-                raise CheckFailed(f"{call} ({label}): your output has one row per *memory* position; queries "
-                                  "come from x (the decoder), keys and values from memory")
-            compare(output, case["expected"], f"{call} ({label})", case["mistakes"])
-
-        # On a GPU too: fresh modules, moved to float64 and to a data-less device; self-attention without a
-        # mask, cross-attention with a padding mask.
-        generator = torch.Generator().manual_seed(0)
-        x, memory = torch.randn(2, 3, 16, generator=generator), torch.randn(2, 4, 16, generator=generator)
-        keep = torch.tensor([[True] * 4, [True, True, False, False]])[:, None, None, :]  # (B, 1, 1, T_k)
-        for inputs in ([x], [x, memory, keep]):
-            build = f"{learner_cls.__name__}(16, 4)"
-            module = call_learner(build, learner_cls, 16, 4)
-            kind = "self-attention" if len(inputs) == 1 else "cross-attention with a padding mask"
-            expect_portable(f"{build} ({kind})", module, inputs)
-    passed(f"MultiHeadAttention matches the reference on {len(cases)} cases (self, masked, cross), on any device"
-           + hidden_note(hidden))
+    cases = [_mha_case(seed, spec) for seed, spec in enumerate(_mha_cases(hidden))]
+    run(MULTI_HEAD_ATTENTION, learner_cls, cases, hidden, then=functools.partial(_expect_mha_portable, learner_cls))
 
 
 __all__ = [

@@ -11,7 +11,9 @@ Every module check ends with `expect_portable`: a module that is right on the CP
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -21,8 +23,8 @@ from ..attention import causal_mask, padding_mask
 from ..blocks import DecoderLayer, Encoder, EncoderLayer, LayerNorm, sublayer_connection
 from ..models import trace_shapes
 from .adapters import called_like_the_lessons
-from .core import (isolated, composite, CheckFailed, build_module, call_learner, compare, expect_portable,
-                   expect_unchanged, learner_namespaces, load_reference_weights, off_limits, one_thread, passed)
+from .core import (Case, CheckFailed, Exercise, build_module, call_learner, composite, compare, expect_portable,
+                   isolated, load_reference_weights, one_thread, run)
 
 # torch's own LayerNorm, under every name it can be reached by: off-limits in every exercise of this lesson.
 LAYER_NORM_BUILTINS = [
@@ -32,6 +34,7 @@ LAYER_NORM_BUILTINS = [
     "torch.native_layer_norm",
 ]
 LAYER_NORM_OFF_LIMITS = ["tfcourse.blocks.LayerNorm", "tfcourse.blocks.layer_norm", *LAYER_NORM_BUILTINS]
+LAYER_NORM = Exercise("LayerNorm", LAYER_NORM_OFF_LIMITS, "LayerNorm matches the reference on {n} inputs")
 SUBLAYER_OFF_LIMITS = [
     "tfcourse.blocks.sublayer_connection",
     "tfcourse.blocks.EncoderLayer",
@@ -40,6 +43,8 @@ SUBLAYER_OFF_LIMITS = [
     "torch.nn.TransformerDecoderLayer",
     *LAYER_NORM_BUILTINS,
 ]
+SUBLAYER = Exercise("sub-layer connection", SUBLAYER_OFF_LIMITS,
+                    "sublayer_connection matches post-LN and pre-LN on {n} cases")
 ENCODER_LAYER_OFF_LIMITS = [
     "tfcourse.blocks.EncoderLayer",
     "tfcourse.blocks.Encoder",
@@ -48,6 +53,8 @@ ENCODER_LAYER_OFF_LIMITS = [
     "torch.nn.Transformer",
     *LAYER_NORM_BUILTINS,
 ]
+ENCODER_LAYER = Exercise("encoder layer", ENCODER_LAYER_OFF_LIMITS,
+                         "EncoderLayer matches the reference (post-LN and pre-LN) on {n} cases")
 DECODER_LAYER_OFF_LIMITS = [
     "tfcourse.blocks.DecoderLayer",
     "tfcourse.blocks.Decoder",
@@ -56,6 +63,8 @@ DECODER_LAYER_OFF_LIMITS = [
     "torch.nn.Transformer",
     *LAYER_NORM_BUILTINS,
 ]
+DECODER_LAYER = Exercise("decoder layer", DECODER_LAYER_OFF_LIMITS,
+                         "DecoderLayer matches the reference (post-LN and pre-LN) on {n} cases")
 ENCODER_OFF_LIMITS = [
     "tfcourse.blocks.Encoder",
     "torch.nn.TransformerEncoder",
@@ -63,17 +72,24 @@ ENCODER_OFF_LIMITS = [
     "torch.nn.Transformer",
     *LAYER_NORM_BUILTINS,
 ]
+ENCODER = Exercise("encoder stack", ENCODER_OFF_LIMITS,
+                   "Encoder matches the reference on {n} stacks (post-LN and pre-LN)")
 # The check's own tracer would hand over the answer.
 SHAPE_TABLE_OFF_LIMITS = ["tfcourse.models.trace_shapes"]
+SHAPE_TABLE = Exercise("table 3-1", SHAPE_TABLE_OFF_LIMITS, "your table 3-1 matches the traced shapes for {n} settings")
 
-ATOL, RTOL = 1e-5, 1e-4
 # The layers' portability is tried in both arrangements: a stray CPU tensor may hide in either branch.
 _BOTH_ARRANGEMENTS = [dict(d_ff=None, dropout=0.0, norm_first=False), dict(d_ff=None, dropout=0.0, norm_first=True)]
+# This lesson's hidden run replaces the visible cases (its count is theirs, not a total), and its ✔ line says so.
+HIDDEN_NOTE = " (the hidden cases: other shapes and settings than the visible run's)"
 
 
-def _suffix(hidden: bool) -> str:
-    """The hidden run replaces the visible cases by others (its count is theirs, not a total)."""
-    return " (the hidden cases: other shapes and settings than the visible run's)" if hidden else ""
+def _run(exercise: Exercise, learner: Any, cases: Sequence[Case], hidden: bool,
+         then: Callable[[], None] | None = None) -> None:
+    """core.run, its ✔ line ending in HIDDEN_NOTE on a hidden run (the runner's own note, "hidden cases
+    included", would misread the count)."""
+    success = exercise.success + (HIDDEN_NOTE if hidden else "")
+    run(replace(exercise, success=success), learner, cases, hidden=False, then=then)
 
 
 def _randomise_norms(module: nn.Module, generator: torch.Generator) -> None:
@@ -93,17 +109,35 @@ def _padding(lengths: Sequence[int], length: int) -> Tensor:
     return padding_mask(ids, pad_id=0)  # (B, 1, 1, T)
 
 
-def _expect_portable(learner_cls: Any, off: Sequence[str], exercise: str, args: tuple, options: Sequence[dict],
-                     inputs: Sequence[Any]) -> None:
+def _call_text(name: str, args: tuple, kwargs: Mapping[str, Any]) -> str:
+    """'EncoderLayer(16, 4, d_ff=None, dropout=0.0, norm_first=False)': a constructor call as messages name it."""
+    return f"{name}({', '.join([*map(str, args), *(f'{k}={v}' for k, v in kwargs.items())])})"
+
+
+def _module_call(call: str, args: tuple, kwargs: Mapping[str, Any], reference: nn.Module, names_hint: str,
+                 forward: str, inputs: tuple,
+                 expect_structure: Callable[[nn.Module], None] | None = None) -> Callable[[Any], Any]:
+    """A Case's call for a module exercise: build the learner's module (`call` names the construction),
+    check its structure, give it the reference's weights and run its forward (`forward` names it) in
+    eval mode."""
+
+    def build_and_forward(learner_cls: Any) -> Any:
+        module = build_module(call, learner_cls, *args, **kwargs)
+        if expect_structure is not None:
+            expect_structure(module)
+        load_reference_weights(module, reference, names_hint)
+        return call_learner(forward, module.eval(), *inputs)
+
+    return build_and_forward
+
+
+def _expect_portable(learner_cls: Any, args: tuple, options: Sequence[dict], inputs: Sequence[Any]) -> None:
     """After the values are right: fresh modules (one per set of keyword options, e.g. post-LN and pre-LN)
     must follow their input to another dtype and device, as a GPU run needs."""
     name = getattr(learner_cls, "__name__", "your module")
     for kwargs in options:
-        shown = ", ".join([*map(str, args), *(f"{k}={v}" for k, v in kwargs.items())])
-        call = f"{name}({shown})"
-        # expect_portable runs the learner's code quietly (stderr would cost the test cell its points)
-        with off_limits(off, exercise, learner_namespaces(learner_cls)):
-            expect_portable(call, build_module(call, learner_cls, *args, **kwargs), inputs)
+        call = _call_text(name, args, kwargs)
+        expect_portable(call, build_module(call, learner_cls, *args, **kwargs), inputs)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -153,6 +187,36 @@ def _layer_norm_mistakes(x: Tensor, weight: Tensor, bias: Tensor, eps: float) ->
     return mistakes
 
 
+def _expect_gain_and_bias(module: nn.Module, call: str, d_model: int) -> None:
+    """Exactly the parameters weight and bias, each (d_model,), starting at 1 and 0."""
+    params = dict(module.named_parameters())
+    if sorted(params) != ["bias", "weight"]:
+        raise CheckFailed(f"{call} should have exactly two nn.Parameters, weight (the gain) and bias, "
+                          f"got {sorted(params)}")
+    for name in ("weight", "bias"):
+        if tuple(params[name].shape) != (d_model,):
+            raise CheckFailed(f"{call}: {name} should have shape ({d_model},), got {tuple(params[name].shape)}")
+    if not (torch.all(params["weight"] == 1) and torch.all(params["bias"] == 0)):
+        raise CheckFailed(f"{call}: a fresh LayerNorm should start with weight = 1 and bias = 0, "
+                          "so that at first it only normalises")
+
+
+def _layer_norm_case(name: str, description: str, x: Tensor, eps: float | None, gen: torch.Generator) -> Case:
+    d_model = x.shape[-1]
+    options = {} if eps is None else {"eps": eps}
+    reference = LayerNorm(d_model, **options)
+    _randomise_norms(reference, gen)
+    with torch.no_grad():
+        expected = reference(x)
+        mistakes = _layer_norm_mistakes(x, reference.weight, reference.bias, reference.eps)
+    call = _call_text(name, (d_model,), options)
+    forward = f"{call}.forward(x) for {description}"
+    return Case(forward, expected=expected, mistakes=mistakes, label=f"LayerNorm on {description}",
+                unchanged=[x], unchanged_what=f"LayerNorm on {description}",
+                call=_module_call(call, (d_model,), options, reference, "name the gain `weight` and the shift `bias`",
+                                  forward, (x,), functools.partial(_expect_gain_and_bias, call=call, d_model=d_model)))
+
+
 @isolated
 @one_thread
 def check_layer_norm(learner_cls: Any, hidden: bool = False) -> None:
@@ -162,7 +226,7 @@ def check_layer_norm(learner_cls: Any, hidden: bool = False) -> None:
     def normal(*shape: int) -> Tensor:
         return torch.randn(*shape, generator=gen)
 
-    cases: list[tuple[str, Tensor, float | None]] = [
+    inputs: list[tuple[str, Tensor, float | None]] = [
         ("x (2, 5, 8) with mean 1 and std 3", 3.0 * normal(2, 5, 8) + 1.0, None),
         ("x (1, 1, 16) with a tiny spread (std 0.005, so ε matters)", 0.005 * normal(1, 1, 16) + 2.0, None),
         ("x (4, 6), a 2-D batch of vectors", normal(4, 6), None),
@@ -170,42 +234,16 @@ def check_layer_norm(learner_cls: Any, hidden: bool = False) -> None:
     if hidden:
         constant = normal(3, 7, 12)
         constant[1, 3] = 4.0  # one position whose features are all equal: variance 0
-        cases = [
+        inputs = [
             ("x (3, 7, 12) with a constant vector at one position", constant, None),
             ("x (2, 2, 3, 8), four dimensions", 2.0 * normal(2, 2, 3, 8), None),
             ("x (2, 4, 10) with a small spread and eps=1e-3", 0.02 * normal(2, 4, 10) - 1.0, 1e-3),
             ("x (1, 1, 4), batch of 1 and T = 1", normal(1, 1, 4), None),
         ]
-    for description, x, eps in cases:
-        d_model = x.shape[-1]
-        reference = LayerNorm(d_model) if eps is None else LayerNorm(d_model, eps=eps)
-        _randomise_norms(reference, gen)
-        with torch.no_grad():
-            expected = reference(x)
-            mistakes = _layer_norm_mistakes(x, reference.weight, reference.bias, reference.eps)
-        kwargs = {} if eps is None else {"eps": eps}
-        call = f"{getattr(learner_cls, '__name__', 'LayerNorm')}({d_model}" + (f", eps={eps})" if eps else ")")
-        with off_limits(LAYER_NORM_OFF_LIMITS, "LayerNorm", learner_namespaces(learner_cls)):
-            module = build_module(call, learner_cls, d_model, **kwargs)
-            params = dict(module.named_parameters())
-            if sorted(params) != ["bias", "weight"]:
-                raise CheckFailed(f"{call} should have exactly two nn.Parameters, weight (the gain) and bias, "
-                                  f"got {sorted(params)}")
-            for name in ("weight", "bias"):
-                if tuple(params[name].shape) != (d_model,):
-                    raise CheckFailed(f"{call}: {name} should have shape ({d_model},), "
-                                      f"got {tuple(params[name].shape)}")
-            if not (torch.all(params["weight"] == 1) and torch.all(params["bias"] == 0)):
-                raise CheckFailed(f"{call}: a fresh LayerNorm should start with weight = 1 and bias = 0, "
-                                  "so that at first it only normalises")
-            load_reference_weights(module, reference, "name the gain `weight` and the shift `bias`")
-            x_before = x.clone()
-            with torch.no_grad():
-                actual = call_learner(f"{call}.forward(x) for {description}", module, x)
-        expect_unchanged([x_before], [x], f"LayerNorm on {description}")
-        compare(actual, expected, f"LayerNorm on {description}", mistakes, atol=ATOL, rtol=RTOL)
-    _expect_portable(learner_cls, LAYER_NORM_OFF_LIMITS, "LayerNorm", (8,), [{}], [torch.randn(2, 3, 8)])
-    passed(f"LayerNorm matches the reference on {len(cases)} inputs" + _suffix(hidden))
+    name = getattr(learner_cls, "__name__", "LayerNorm")
+    cases = [_layer_norm_case(name, description, x, eps, gen) for description, x, eps in inputs]
+    _run(LAYER_NORM, learner_cls, cases, hidden,
+         then=functools.partial(_expect_portable, learner_cls, (8,), [{}], [torch.randn(2, 3, 8)]))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -269,40 +307,46 @@ _CONNECTION_MISTAKES = {
 }
 
 
+def _expect_one_call_each(actual: Any, what: str, expected: Tensor, mistakes: dict[str, Tensor],
+                          sublayer: _Counted, norm: _Counted) -> None:
+    """The value first (a wrong output is the news), then: sublayer and norm each called exactly once."""
+    compare(actual, expected, what, mistakes)
+    if sublayer.calls != 1:
+        raise CheckFailed(f"{what}: call `sublayer` exactly once (it was called {sublayer.calls} times): "
+                          "it is the expensive part, and with dropout two calls give different results")
+    if norm.calls != 1:
+        raise CheckFailed(f"{what}: call `norm` exactly once (it was called {norm.calls} times)")
+
+
+def _sublayer_case(seed: int, norm_first: bool, shape: tuple[int, ...]) -> Case:
+    gen = torch.Generator().manual_seed(100 + seed)
+    torch.manual_seed(100 + seed)
+    d_model = shape[-1]
+    feed_forward = nn.Sequential(nn.Linear(d_model, 2 * d_model), nn.Tanh(), nn.Linear(2 * d_model, d_model))
+    norm = LayerNorm(d_model)
+    _randomise_norms(norm, gen)
+    x = 2.0 * torch.randn(*shape, generator=gen) + 0.5
+    with torch.no_grad():
+        expected = _connection(x, feed_forward, norm, "pre" if norm_first else "post")
+        mistakes = {text: _connection(x, feed_forward, norm, style)
+                    for style, text in _CONNECTION_MISTAKES[norm_first].items()}
+    sublayer, counted_norm = _Counted(feed_forward), _Counted(norm)
+    what = f"sublayer_connection(x {tuple(shape)}, sublayer, norm, norm_first={norm_first})"
+    # The comparison is the inspector's: the calls are counted after it (see _expect_one_call_each).
+    return Case(what, (x, sublayer, counted_norm, norm_first),
+                inspect=functools.partial(_expect_one_call_each, what=what, expected=expected, mistakes=mistakes,
+                                          sublayer=sublayer, norm=counted_norm))
+
+
 @isolated
 @one_thread
 def check_sublayer_connection(learner_fn: Any, hidden: bool = False) -> None:
     """sublayer_connection(x, sublayer, norm, norm_first): LN(x + F(x)) or x + F(LN(x))."""
-    cases = [(False, (2, 5, 8)), (True, (2, 5, 8))]
+    settings = [(False, (2, 5, 8)), (True, (2, 5, 8))]  # (norm_first, shape of x)
     if hidden:
-        cases = [(False, (1, 1, 4)), (True, (3, 2, 6)), (True, (1, 1, 4)), (False, (2, 7, 12))]
-    for seed, (norm_first, shape) in enumerate(cases):
-        gen = torch.Generator().manual_seed(100 + seed)
-        torch.manual_seed(100 + seed)
-        d_model = shape[-1]
-        feed_forward = nn.Sequential(nn.Linear(d_model, 2 * d_model), nn.Tanh(), nn.Linear(2 * d_model, d_model))
-        norm = LayerNorm(d_model)
-        _randomise_norms(norm, gen)
-        x = 2.0 * torch.randn(*shape, generator=gen) + 0.5
-        arrangement = "pre" if norm_first else "post"
-        with torch.no_grad():
-            expected = _connection(x, feed_forward, norm, arrangement)
-            mistakes = {text: _connection(x, feed_forward, norm, style)
-                        for style, text in _CONNECTION_MISTAKES[norm_first].items()}
-        sublayer, counted_norm = _Counted(feed_forward), _Counted(norm)
-        what = f"sublayer_connection(x {tuple(shape)}, sublayer, norm, norm_first={norm_first})"
-        with off_limits(SUBLAYER_OFF_LIMITS, "sub-layer connection", learner_namespaces(learner_fn)):
-            x_before = x.clone()
-            with torch.no_grad():
-                actual = call_learner(what, learner_fn, x, sublayer, counted_norm, norm_first)
-        expect_unchanged([x_before], [x], what)
-        compare(actual, expected, what, mistakes, atol=ATOL, rtol=RTOL)
-        if sublayer.calls != 1:
-            raise CheckFailed(f"{what}: call `sublayer` exactly once (it was called {sublayer.calls} times): "
-                              "it is the expensive part, and with dropout two calls give different results")
-        if counted_norm.calls != 1:
-            raise CheckFailed(f"{what}: call `norm` exactly once (it was called {counted_norm.calls} times)")
-    passed(f"sublayer_connection matches post-LN and pre-LN on {len(cases)} cases" + _suffix(hidden))
+        settings = [(False, (1, 1, 4)), (True, (3, 2, 6)), (True, (1, 1, 4)), (False, (2, 7, 12))]
+    cases = [_sublayer_case(seed, norm_first, shape) for seed, (norm_first, shape) in enumerate(settings)]
+    _run(SUBLAYER, learner_fn, cases, hidden)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -336,11 +380,6 @@ def _arrangement_mistakes(x: Tensor, steps: list, norm_first: bool, good: str) -
     return out
 
 
-def _run_layer(what: str, module: nn.Module, *args: Any) -> Any:
-    with torch.no_grad():
-        return call_learner(what, module, *args)
-
-
 # ----------------------------------------------------------------------------------------------
 # Exercise: the encoder layer
 # ----------------------------------------------------------------------------------------------
@@ -371,47 +410,50 @@ LAYER_PARTS = dict(LayerNorm=lambda: LayerNorm, sublayer_connection=lambda: subl
 STACK_PARTS = dict(LAYER_PARTS, EncoderLayer=lambda: called_like_the_lessons(EncoderLayer))
 
 
+def _layer_options(case: dict) -> dict:
+    """The keyword options a layer (or stack) of `case` is built with: dropout off, so outputs are exact."""
+    return dict(d_ff=case["d_ff"], dropout=0.0, norm_first=case["norm_first"])
+
+
+def _encoder_layer_mistakes(reference: EncoderLayer, x: Tensor, mask: Tensor | None, nf: bool) -> dict[str, Tensor]:
+    good = "pre" if nf else "post"
+    steps = [(lambda h: reference.self_attn(h, mask=mask), reference.norm1), (reference.ffn, reference.norm2)]
+    mistakes = _arrangement_mistakes(x, steps, nf, good)
+    if mask is not None:
+        unmasked = [(lambda h: reference.self_attn(h), reference.norm1), (reference.ffn, reference.norm2)]
+        mistakes["a layer that ignores the mask: pass mask= to self-attention"] = (
+            _stack_connections(x, unmasked, [good, good]))
+    return mistakes
+
+
+def _encoder_layer_case(seed: int, case: dict, name: str) -> Case:
+    gen = torch.Generator().manual_seed(200 + seed)
+    torch.manual_seed(200 + seed)
+    nf = case["norm_first"]
+    reference = EncoderLayer(case["d_model"], case["n_heads"], case["d_ff"], dropout=0.0, norm_first=nf).eval()
+    _randomise_norms(reference, gen)
+    x = torch.randn(case["batch"], case["length"], case["d_model"], generator=gen)
+    mask = None if case["lengths"] is None else _padding(case["lengths"], case["length"])
+    with torch.no_grad():
+        expected = reference(x, mask)
+        mistakes = _encoder_layer_mistakes(reference, x, mask, nf)
+    args, options = (case["d_model"], case["n_heads"]), _layer_options(case)
+    call = _call_text(name, args, options)
+    what = f"{call} on x {tuple(x.shape)} with {'no mask' if mask is None else 'a padding mask'}"
+    return Case(what, expected=expected, mistakes=mistakes, unchanged=[x],
+                call=_module_call(call, args, options, reference, ENCODER_LAYER_NAMES, what, (x, mask)))
+
+
 @composite(**LAYER_PARTS)
 @isolated
 @one_thread
 def check_encoder_layer(learner_cls: Any, hidden: bool = False) -> None:
     """Self-attention -> FFN, each wrapped by sublayer_connection; post-LN by default, pre-LN with norm_first."""
-    cases = _encoder_layer_cases(hidden)
-    for seed, case in enumerate(cases):
-        gen = torch.Generator().manual_seed(200 + seed)
-        torch.manual_seed(200 + seed)
-        nf = case["norm_first"]
-        reference = EncoderLayer(case["d_model"], case["n_heads"], case["d_ff"], dropout=0.0, norm_first=nf).eval()
-        _randomise_norms(reference, gen)
-        x = torch.randn(case["batch"], case["length"], case["d_model"], generator=gen)
-        mask = None if case["lengths"] is None else _padding(case["lengths"], case["length"])
-        good = "pre" if nf else "post"
-        with torch.no_grad():
-            expected = reference(x, mask)
-            steps = [(lambda h: reference.self_attn(h, mask=mask), reference.norm1),
-                     (reference.ffn, reference.norm2)]
-            mistakes = _arrangement_mistakes(x, steps, nf, good)
-            if mask is not None:
-                unmasked = [(lambda h: reference.self_attn(h), reference.norm1), (reference.ffn, reference.norm2)]
-                mistakes["a layer that ignores the mask: pass mask= to self-attention"] = (
-                    _stack_connections(x, unmasked, [good, good]))
-        shape = (case["batch"], case["length"], case["d_model"])
-        mask_text = "no mask" if mask is None else "a padding mask"
-        call = (f"{getattr(learner_cls, '__name__', 'EncoderLayer')}({case['d_model']}, {case['n_heads']}, "
-                f"d_ff={case['d_ff']}, dropout=0.0, norm_first={nf})")
-        what = f"{call} on x {shape} with {mask_text}"
-        with off_limits(ENCODER_LAYER_OFF_LIMITS, "encoder layer", learner_namespaces(learner_cls)):
-            module = build_module(call, learner_cls, case["d_model"], case["n_heads"], d_ff=case["d_ff"],
-                            dropout=0.0, norm_first=nf)
-            load_reference_weights(module, reference, ENCODER_LAYER_NAMES)
-            module.eval()
-            x_before = x.clone()
-            actual = _run_layer(what, module, x, mask)
-        expect_unchanged([x_before], [x], what)
-        compare(actual, expected, what, mistakes, atol=ATOL, rtol=RTOL)
-    _expect_portable(learner_cls, ENCODER_LAYER_OFF_LIMITS, "encoder layer", (16, 4), _BOTH_ARRANGEMENTS,
-                     [torch.randn(2, 5, 16), _padding([5, 3], 5)])
-    passed(f"EncoderLayer matches the reference (post-LN and pre-LN) on {len(cases)} cases" + _suffix(hidden))
+    name = getattr(learner_cls, "__name__", "EncoderLayer")
+    cases = [_encoder_layer_case(seed, case, name) for seed, case in enumerate(_encoder_layer_cases(hidden))]
+    _run(ENCODER_LAYER, learner_cls, cases, hidden,
+         then=functools.partial(_expect_portable, learner_cls, (16, 4), _BOTH_ARRANGEMENTS,
+                                [torch.randn(2, 5, 16), _padding([5, 3], 5)]))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -488,44 +530,46 @@ def _decoder_mistakes(reference: DecoderLayer, x: Tensor, memory: Tensor, self_m
     return mistakes
 
 
+def _expect_target_length(actual: Any, what: str, x: Tensor, memory: Tensor) -> None:
+    """An output of the source's shape: the queries were taken from memory instead of the decoder."""
+    if isinstance(actual, Tensor) and actual.shape == memory.shape and memory.shape != x.shape:
+        raise CheckFailed(f"{what}: your output has the *source* length {memory.shape[1]}; the decoder's "
+                          f"output keeps its own shape {tuple(x.shape)}: queries come from the decoder")
+
+
+def _decoder_layer_case(seed: int, case: dict, name: str) -> Case:
+    gen = torch.Generator().manual_seed(300 + seed)
+    torch.manual_seed(300 + seed)
+    nf = case["norm_first"]
+    reference = DecoderLayer(case["d_model"], case["n_heads"], case["d_ff"], dropout=0.0, norm_first=nf).eval()
+    _randomise_norms(reference, gen)
+    x = torch.randn(case["batch"], case["t_tgt"], case["d_model"], generator=gen)
+    memory = 1.5 * torch.randn(case["batch"], case["t_src"], case["d_model"], generator=gen) - 0.5
+    self_mask = causal_mask(case["t_tgt"])  # (T_tgt, T_tgt)
+    memory_mask = None if case["lengths"] is None else _padding(case["lengths"], case["t_src"])
+    with torch.no_grad():
+        expected = reference(x, memory, self_mask, memory_mask)
+        mistakes = _decoder_mistakes(reference, x, memory, self_mask, memory_mask, nf)
+    args, options = (case["d_model"], case["n_heads"]), _layer_options(case)
+    call = _call_text(name, args, options)
+    mask_text = "no memory_mask" if memory_mask is None else "a padding memory_mask"
+    what = f"{call} on x {tuple(x.shape)}, memory {tuple(memory.shape)}, causal self_mask, {mask_text}"
+    return Case(what, expected=expected, mistakes=mistakes, unchanged=[x, memory],
+                call=_module_call(call, args, options, reference, DECODER_LAYER_NAMES, what,
+                                  (x, memory, self_mask, memory_mask)),
+                inspect=functools.partial(_expect_target_length, what=what, x=x, memory=memory))
+
+
 @composite(**LAYER_PARTS)
 @isolated
 @one_thread
 def check_decoder_layer(learner_cls: Any, hidden: bool = False) -> None:
     """Masked self-attention -> cross-attention (Q from the decoder, K/V from H) -> FFN, each wrapped."""
-    cases = _decoder_layer_cases(hidden)
-    for seed, case in enumerate(cases):
-        gen = torch.Generator().manual_seed(300 + seed)
-        torch.manual_seed(300 + seed)
-        nf = case["norm_first"]
-        reference = DecoderLayer(case["d_model"], case["n_heads"], case["d_ff"], dropout=0.0, norm_first=nf).eval()
-        _randomise_norms(reference, gen)
-        x = torch.randn(case["batch"], case["t_tgt"], case["d_model"], generator=gen)
-        memory = 1.5 * torch.randn(case["batch"], case["t_src"], case["d_model"], generator=gen) - 0.5
-        self_mask = causal_mask(case["t_tgt"])  # (T_tgt, T_tgt)
-        memory_mask = None if case["lengths"] is None else _padding(case["lengths"], case["t_src"])
-        with torch.no_grad():
-            expected = reference(x, memory, self_mask, memory_mask)
-            mistakes = _decoder_mistakes(reference, x, memory, self_mask, memory_mask, nf)
-        call = (f"{getattr(learner_cls, '__name__', 'DecoderLayer')}({case['d_model']}, {case['n_heads']}, "
-                f"d_ff={case['d_ff']}, dropout=0.0, norm_first={nf})")
-        mask_text = "no memory_mask" if memory_mask is None else "a padding memory_mask"
-        what = (f"{call} on x {tuple(x.shape)}, memory {tuple(memory.shape)}, causal self_mask, {mask_text}")
-        with off_limits(DECODER_LAYER_OFF_LIMITS, "decoder layer", learner_namespaces(learner_cls)):
-            module = build_module(call, learner_cls, case["d_model"], case["n_heads"], d_ff=case["d_ff"],
-                            dropout=0.0, norm_first=nf)
-            load_reference_weights(module, reference, DECODER_LAYER_NAMES)
-            module.eval()
-            before = [x.clone(), memory.clone()]
-            actual = _run_layer(what, module, x, memory, self_mask, memory_mask)
-        expect_unchanged(before, [x, memory], what)
-        if isinstance(actual, Tensor) and actual.shape == memory.shape and memory.shape != x.shape:
-            raise CheckFailed(f"{what}: your output has the *source* length {memory.shape[1]}; the decoder's "
-                              f"output keeps its own shape {tuple(x.shape)}: queries come from the decoder")
-        compare(actual, expected, what, mistakes, atol=ATOL, rtol=RTOL)
-    _expect_portable(learner_cls, DECODER_LAYER_OFF_LIMITS, "decoder layer", (16, 4), _BOTH_ARRANGEMENTS,
-                     [torch.randn(2, 4, 16), torch.randn(2, 6, 16), causal_mask(4), _padding([6, 3], 6)])
-    passed(f"DecoderLayer matches the reference (post-LN and pre-LN) on {len(cases)} cases" + _suffix(hidden))
+    name = getattr(learner_cls, "__name__", "DecoderLayer")
+    cases = [_decoder_layer_case(seed, case, name) for seed, case in enumerate(_decoder_layer_cases(hidden))]
+    _run(DECODER_LAYER, learner_cls, cases, hidden,
+         then=functools.partial(_expect_portable, learner_cls, (16, 4), _BOTH_ARRANGEMENTS,
+                                [torch.randn(2, 4, 16), torch.randn(2, 6, 16), causal_mask(4), _padding([6, 3], 6)]))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -533,11 +577,11 @@ def check_decoder_layer(learner_cls: Any, hidden: bool = False) -> None:
 # ----------------------------------------------------------------------------------------------
 
 
-@composite(**STACK_PARTS)
-@isolated
-@one_thread
-def check_encoder(learner_cls: Any, hidden: bool = False) -> None:
-    """N encoder layers with their own weights; pre-LN ends with one LayerNorm; (B, T, d_model) in and out."""
+ENCODER_NAMES = ("name the stack like tfcourse.blocks.Encoder: self.layers (nn.ModuleList of encoder layers) and "
+                 "self.norm, a LayerNorm for pre-LN (norm_first=True) and nn.Identity() for post-LN")
+
+
+def _encoder_cases(hidden: bool) -> list[dict]:
     cases = [
         dict(n_layers=3, batch=2, length=5, d_model=16, n_heads=4, d_ff=None, norm_first=False, lengths=[5, 2]),
         dict(n_layers=2, batch=2, length=4, d_model=16, n_heads=4, d_ff=None, norm_first=True, lengths=None),
@@ -549,58 +593,35 @@ def check_encoder(learner_cls: Any, hidden: bool = False) -> None:
                  lengths=[6, 1, 3]),
             dict(n_layers=6, batch=2, length=3, d_model=8, n_heads=2, d_ff=None, norm_first=True, lengths=[3, 2]),
         ]
-    for seed, case in enumerate(cases):
-        gen = torch.Generator().manual_seed(400 + seed)
-        torch.manual_seed(400 + seed)
-        nf, n_layers = case["norm_first"], case["n_layers"]
-        reference = Encoder(n_layers, case["d_model"], case["n_heads"], case["d_ff"], dropout=0.0,
-                            norm_first=nf).eval()
-        _randomise_norms(reference, gen)
-        x = torch.randn(case["batch"], case["length"], case["d_model"], generator=gen)
-        mask = None if case["lengths"] is None else _padding(case["lengths"], case["length"])
-        final = reference.norm
-        with torch.no_grad():
-            expected = reference(x, mask)
-            layers = reference.layers
-            mistakes = {}
-            if n_layers > 1:
-                mistakes["the first layer only: apply all N layers, one after the other"] = final(layers[0](x, mask))
-                mistakes["the last layer applied to the input x: feed each layer's output into the next"] = (
-                    final(layers[-1](x, mask)))
-            if nf:
-                h = x
-                for layer in layers:
-                    h = layer(h, mask)
-                mistakes["the pre-LN stack *without* its final LayerNorm (self.norm)"] = h
-            if mask is not None:
-                mistakes["a stack that does not pass the mask to its layers"] = reference(x)
-        call = (f"{getattr(learner_cls, '__name__', 'Encoder')}({n_layers}, {case['d_model']}, {case['n_heads']}, "
-                f"d_ff={case['d_ff']}, dropout=0.0, norm_first={nf})")
-        mask_text = "no mask" if mask is None else "a padding mask"
-        what = f"{call} on x {tuple(x.shape)} with {mask_text}"
-        with off_limits(ENCODER_OFF_LIMITS, "encoder stack", learner_namespaces(learner_cls)):
-            module = build_module(call, learner_cls, n_layers, case["d_model"], case["n_heads"], d_ff=case["d_ff"],
-                            dropout=0.0, norm_first=nf)
-            stack = getattr(module, "layers", None)
-            if not isinstance(stack, nn.ModuleList) or len(stack) != n_layers:
-                got = type(stack).__name__ if not isinstance(stack, nn.ModuleList) else f"{len(stack)} layers"
-                raise CheckFailed(f"{call}: self.layers should be an nn.ModuleList of {n_layers} encoder layers, "
-                                  f"got {got}")
-            if len({id(layer) for layer in stack}) < n_layers or _shares_parameters(stack):
-                raise CheckFailed(f"{call}: your layers share their weights; build {n_layers} separate layers "
-                                  "(a loop or comprehension that calls EncoderLayer(...) each time), "
-                                  "not [layer] * n_layers")
-            hint = ("name the stack like tfcourse.blocks.Encoder: self.layers (nn.ModuleList of encoder layers) and "
-                    "self.norm, a LayerNorm for pre-LN (norm_first=True) and nn.Identity() for post-LN")
-            load_reference_weights(module, reference, hint)
-            module.eval()
-            x_before = x.clone()
-            actual = _run_layer(what, module, x, mask)
-        expect_unchanged([x_before], [x], what)
-        compare(actual, expected, what, mistakes, atol=ATOL, rtol=RTOL)
-    _expect_portable(learner_cls, ENCODER_OFF_LIMITS, "encoder stack", (2, 16, 4), _BOTH_ARRANGEMENTS,
-                     [torch.randn(2, 5, 16), _padding([5, 3], 5)])
-    passed(f"Encoder matches the reference on {len(cases)} stacks (post-LN and pre-LN)" + _suffix(hidden))
+    return cases
+
+
+def _encoder_mistakes(reference: Encoder, x: Tensor, mask: Tensor | None, nf: bool) -> dict[str, Tensor]:
+    layers, final = reference.layers, reference.norm
+    mistakes = {}
+    if len(layers) > 1:
+        mistakes["the first layer only: apply all N layers, one after the other"] = final(layers[0](x, mask))
+        mistakes["the last layer applied to the input x: feed each layer's output into the next"] = (
+            final(layers[-1](x, mask)))
+    if nf:
+        h = x
+        for layer in layers:
+            h = layer(h, mask)
+        mistakes["the pre-LN stack *without* its final LayerNorm (self.norm)"] = h
+    if mask is not None:
+        mistakes["a stack that does not pass the mask to its layers"] = reference(x)
+    return mistakes
+
+
+def _expect_separate_layers(module: nn.Module, call: str, n_layers: int) -> None:
+    """self.layers: an nn.ModuleList of n_layers layers, none sharing its weights with another."""
+    stack = getattr(module, "layers", None)
+    if not isinstance(stack, nn.ModuleList) or len(stack) != n_layers:
+        got = type(stack).__name__ if not isinstance(stack, nn.ModuleList) else f"{len(stack)} layers"
+        raise CheckFailed(f"{call}: self.layers should be an nn.ModuleList of {n_layers} encoder layers, got {got}")
+    if len({id(layer) for layer in stack}) < n_layers or _shares_parameters(stack):
+        raise CheckFailed(f"{call}: your layers share their weights; build {n_layers} separate layers "
+                          "(a loop or comprehension that calls EncoderLayer(...) each time), not [layer] * n_layers")
 
 
 def _shares_parameters(layers: nn.ModuleList) -> bool:
@@ -611,6 +632,37 @@ def _shares_parameters(layers: nn.ModuleList) -> bool:
             return True
         seen |= ids
     return False
+
+
+def _encoder_case(seed: int, case: dict, name: str) -> Case:
+    gen = torch.Generator().manual_seed(400 + seed)
+    torch.manual_seed(400 + seed)
+    nf, n_layers = case["norm_first"], case["n_layers"]
+    reference = Encoder(n_layers, case["d_model"], case["n_heads"], case["d_ff"], dropout=0.0, norm_first=nf).eval()
+    _randomise_norms(reference, gen)
+    x = torch.randn(case["batch"], case["length"], case["d_model"], generator=gen)
+    mask = None if case["lengths"] is None else _padding(case["lengths"], case["length"])
+    with torch.no_grad():
+        expected = reference(x, mask)
+        mistakes = _encoder_mistakes(reference, x, mask, nf)
+    args, options = (n_layers, case["d_model"], case["n_heads"]), _layer_options(case)
+    call = _call_text(name, args, options)
+    what = f"{call} on x {tuple(x.shape)} with {'no mask' if mask is None else 'a padding mask'}"
+    return Case(what, expected=expected, mistakes=mistakes, unchanged=[x],
+                call=_module_call(call, args, options, reference, ENCODER_NAMES, what, (x, mask),
+                                  functools.partial(_expect_separate_layers, call=call, n_layers=n_layers)))
+
+
+@composite(**STACK_PARTS)
+@isolated
+@one_thread
+def check_encoder(learner_cls: Any, hidden: bool = False) -> None:
+    """N encoder layers with their own weights; pre-LN ends with one LayerNorm; (B, T, d_model) in and out."""
+    name = getattr(learner_cls, "__name__", "Encoder")
+    cases = [_encoder_case(seed, case, name) for seed, case in enumerate(_encoder_cases(hidden))]
+    _run(ENCODER, learner_cls, cases, hidden,
+         then=functools.partial(_expect_portable, learner_cls, (2, 16, 4), _BOTH_ARRANGEMENTS,
+                                [torch.randn(2, 5, 16), _padding([5, 3], 5)]))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -663,37 +715,44 @@ def _shape_mistakes(key: str, batch: int, n: int, m: int, d_model: int, n_heads:
     return per_key.get(key, {})
 
 
+def _expect_table(table: Any, what: str, expected: dict[str, tuple], sizes: tuple[int, ...]) -> None:
+    """A dict with every stage and no other, each a tuple of ints equal to the traced shape; a wrong
+    shape that is a usual mistake is named."""
+    if not isinstance(table, dict):
+        raise CheckFailed(f"{what}: return a dict stage -> shape, got {type(table).__name__}")
+    missing = [k for k in SHAPE_KEYS if k not in table]
+    extra = [k for k in table if k not in SHAPE_KEYS]
+    if missing:
+        raise CheckFailed(f"{what}: your table lacks the stages {missing}")
+    if extra:
+        raise CheckFailed(f"{what}: unknown stages {extra}; the stages are {list(SHAPE_KEYS)}")
+    for key in SHAPE_KEYS:
+        value = table[key]
+        if not isinstance(value, (tuple, list, torch.Size)) or not all(
+                isinstance(s, int) and not isinstance(s, bool) for s in value):
+            raise CheckFailed(f"{what}: table[{key!r}] should be a tuple of ints, got {value!r}")
+        got = tuple(value)
+        if got != expected[key]:
+            reason = _shape_mistakes(key, *sizes).get(got, "")
+            raise CheckFailed(f"{what}: table[{key!r}] is {got}, but the real tensor has shape {expected[key]}"
+                              + (f" — {reason}" if reason else ""))
+
+
+def _shape_table_case(sizes: tuple[int, ...]) -> Case:
+    batch, n, m, d_model, n_heads, vocab = sizes
+    what = f"table(B={batch}, n={n}, m={m}, d_model={d_model}, n_heads={n_heads}, vocab_size={vocab})"
+    return Case(what, sizes, inspect=functools.partial(_expect_table, what=what, expected=trace_shapes(*sizes),
+                                                       sizes=sizes))
+
+
 @isolated
 @one_thread
 def check_shape_table(learner_fn: Any, hidden: bool = False) -> None:
     """The learner's table 3-1 (a dict stage -> shape) against shapes traced through a real model."""
-    cases = [(2, 6, 8, 16, 4, 30), (1, 3, 5, 12, 3, 11)]
+    settings = [(2, 6, 8, 16, 4, 30), (1, 3, 5, 12, 3, 11)]  # (B, n, m, d_model, n_heads, vocab_size)
     if hidden:
-        cases = [(4, 1, 1, 8, 2, 7), (3, 9, 4, 24, 6, 50), (1, 7, 7, 32, 8, 19)]
-    for batch, n, m, d_model, n_heads, vocab in cases:
-        expected = trace_shapes(batch, n, m, d_model, n_heads, vocab)
-        what = f"table(B={batch}, n={n}, m={m}, d_model={d_model}, n_heads={n_heads}, vocab_size={vocab})"
-        with off_limits(SHAPE_TABLE_OFF_LIMITS, "table 3-1", learner_namespaces(learner_fn)):
-            table = call_learner(what, learner_fn, batch, n, m, d_model, n_heads, vocab)
-        if not isinstance(table, dict):
-            raise CheckFailed(f"{what}: return a dict stage -> shape, got {type(table).__name__}")
-        missing = [k for k in SHAPE_KEYS if k not in table]
-        extra = [k for k in table if k not in SHAPE_KEYS]
-        if missing:
-            raise CheckFailed(f"{what}: your table lacks the stages {missing}")
-        if extra:
-            raise CheckFailed(f"{what}: unknown stages {extra}; the stages are {list(SHAPE_KEYS)}")
-        for key in SHAPE_KEYS:
-            value = table[key]
-            if not isinstance(value, (tuple, list, torch.Size)) or not all(
-                    isinstance(s, int) and not isinstance(s, bool) for s in value):
-                raise CheckFailed(f"{what}: table[{key!r}] should be a tuple of ints, got {value!r}")
-            got = tuple(value)
-            if got != expected[key]:
-                reason = _shape_mistakes(key, batch, n, m, d_model, n_heads, vocab).get(got, "")
-                raise CheckFailed(f"{what}: table[{key!r}] is {got}, but the real tensor has shape {expected[key]}"
-                                  + (f" — {reason}" if reason else ""))
-    passed(f"your table 3-1 matches the traced shapes for {len(cases)} settings" + _suffix(hidden))
+        settings = [(4, 1, 1, 8, 2, 7), (3, 9, 4, 24, 6, 50), (1, 7, 7, 32, 8, 19)]
+    _run(SHAPE_TABLE, learner_fn, [_shape_table_case(sizes) for sizes in settings], hidden)
 
 
 __all__ = [

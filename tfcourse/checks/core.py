@@ -264,12 +264,14 @@ def call_learner(what: str, fn: Callable, *args: Any, **kwargs: Any) -> Any:
         raise CheckFailed(f"{what}: your code raised {type(error).__name__}: {error}") from error
 
 
-def build_module(what: str, learner_cls: Any, *args: Any, **kwargs: Any) -> nn.Module:
-    """Construct the learner's module (`what` names the call in a message); it must be an nn.Module."""
+def build_module(what: str, learner_cls: Any, *args: Any, hint: str = "class ...(nn.Module) with "
+                 "super().__init__() first", **kwargs: Any) -> nn.Module:
+    """Construct the learner's module (`what` names the call in a message); it must be an nn.Module
+    (`hint`, in brackets after the message, says what the exercise expects)."""
     module = call_learner(what, learner_cls, *args, **kwargs)
     if not isinstance(module, nn.Module):
-        raise CheckFailed(f"{getattr(learner_cls, '__name__', learner_cls)} must be an nn.Module subclass "
-                          f"(class ...(nn.Module) with super().__init__() first)")
+        raise CheckFailed(f"{getattr(learner_cls, '__name__', learner_cls)} must be an nn.Module subclass"
+                          + (f" ({hint})" if hint else ""))
     return module
 
 
@@ -712,8 +714,10 @@ class Exercise:
 
     name: str  # the exercise as the off-limits message names it: "RNN forward pass"
     off_limits: Sequence[str] = ()  # what the learner's code may not call while it is judged
-    success: str = ""  # the ✔ line; {n} is the number of cases
+    # The ✔ line: {n} is the number of cases, {name} the learner's class or function; `run(fields=)` fills others.
+    success: str = ""
     no_grad: bool = True  # run the learner's code without autograd (a check of gradients says False)
+    hidden_note: str = " (hidden cases included)"  # appended in the hidden run (where it adds to the visible cases)
 
 
 @dataclass
@@ -724,10 +728,11 @@ class Case:
     what: str  # the call as messages name it: "rnn_forward(x, w_xh, w_hh, b)"
     args: tuple = ()
     kwargs: Mapping[str, Any] = field(default_factory=dict)
-    expected: Any = None  # what `compare` holds the output to; None: `inspect` judges alone
+    expected: Any = None  # what `compare` holds the output to; None: `inspect`/`after` judge alone
     mistakes: Mapping[str, Tensor] = field(default_factory=dict)  # description -> the output that mistake gives
     label: str | None = None  # how the comparison names the output (default: `what`)
     inspect: Callable[[Any], Any] | None = None  # structural checks first; returns what to compare (or None: as is)
+    after: Callable[[Any], None] | None = None  # checks that come after the comparison (a gradient, call counts)
     unchanged: Sequence[Tensor] | None = None  # inputs it must leave alone (default: the tensors among args)
     unchanged_what: str | None = None  # how "modified input #k in place" names the call (default: `what`)
     call: Callable[[Any], Any] | None = None  # how to call the learner (default: learner(*args, **kwargs))
@@ -736,16 +741,20 @@ class Case:
 
 
 def run(exercise: Exercise, learner: Any, cases: Sequence[Case], hidden: bool,
-        then: Callable[[], None] | None = None) -> None:
+        then: Callable[[], None] | None = None, count: int | None = None,
+        fields: Mapping[str, Any] | None = None) -> None:
     """The one runner: under the off-limits guard, each case's call, its inputs left alone, its
-    structural checks, the comparison that names the usual mistake; then `then` (e.g. a device
-    check), still guarded; then the ✔ line with the hidden-case note."""
+    structural checks, the comparison that names the usual mistake, its later checks; then `then`
+    (e.g. a device check), still guarded; then the ✔ line (`count` says what {n} counts, if not the
+    cases) with the hidden-case note."""
     with off_limits(exercise.off_limits, exercise.name, learner_namespaces(learner)):
         for case in cases:
             run_case(exercise, learner, case)
         if then is not None:
             then()
-    passed(exercise.success.format(n=len(cases)) + hidden_note(hidden))
+    name = getattr(learner, "__name__", "your code")
+    line = exercise.success.format(n=len(cases) if count is None else count, name=name, **(fields or {}))
+    passed(line + (exercise.hidden_note if hidden else ""))
 
 
 def run_case(exercise: Exercise, learner: Any, case: Case) -> Any:
@@ -763,6 +772,8 @@ def run_case(exercise: Exercise, learner: Any, case: Case) -> Any:
     if case.expected is not None:
         compare(actual if inspected is None else inspected, case.expected, case.label or case.what,
                 case.mistakes, atol=case.atol, rtol=case.rtol)
+    if case.after is not None:
+        case.after(actual)
     return actual
 
 

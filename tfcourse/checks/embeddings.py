@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -24,23 +25,35 @@ from torch import Tensor, nn
 from ..attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
 from ..embedding import InputEmbedding, LearnedPositionalEmbedding, TokenEmbedding, sinusoidal_positional_encoding
 from ..ffn import PositionwiseFeedForward
-from .core import (isolated, composite, CheckFailed, OffLimitsError, call_learner, compare, expect_portable, expect_unchanged,
-                   hidden_note, learner_namespaces, load_state, off_limits, one_thread, passed, seeded)
+from .core import (Case, CheckFailed, Exercise, OffLimitsError, build_module, call_learner, compare, composite,
+                   expect_portable, isolated, learner_namespaces, load_state, off_limits, one_thread, run, run_case,
+                   seeded)
 
-# What each exercise may not call while its check runs.
+# What each exercise may not call while its check runs, and the exercise as the runner judges it.
+# no_grad=False: the learner's code runs with autograd on, as in the notebook (an in-place change of a
+# parameter fails there, so it fails here too); the input layer's forward alone runs without it.
 LOOKUP_OFF_LIMITS = ["torch.nn.functional.embedding", "torch.nn.Embedding", "tfcourse.embedding.TokenEmbedding"]
+LOOKUP = Exercise("one-hot lookup", LOOKUP_OFF_LIMITS, "one-hot lookup equals table[ids] on {n} cases", no_grad=False)
 TOKEN_EMBEDDING_OFF_LIMITS = LOOKUP_OFF_LIMITS + ["tfcourse.embedding.InputEmbedding"]
+TOKEN_EMBEDDING = Exercise("scaled token embedding", TOKEN_EMBEDDING_OFF_LIMITS,
+                           "ScaledTokenEmbedding: init std 1/sqrt(d_model), output x sqrt(d_model), gradient, any "
+                           "device on {n} cases", no_grad=False)
 PE_OFF_LIMITS = [
     "tfcourse.embedding.sinusoidal_positional_encoding",
     "tfcourse.embedding.SinusoidalPositionalEncoding",
     "tfcourse.embedding.InputEmbedding",
 ]
+POSITIONAL_ENCODING = Exercise("sinusoidal positional encoding", PE_OFF_LIMITS,
+                               "sinusoidal_positional_encoding matches the paper's table on {n} sizes", no_grad=False)
 LEARNED_OFF_LIMITS = [
     "tfcourse.embedding.LearnedPositionalEmbedding",
     "tfcourse.embedding.InputEmbedding",
     "torch.nn.Embedding",
     "torch.nn.functional.embedding",
 ]
+LEARNED_POSITIONS = Exercise("learned positional embedding", LEARNED_OFF_LIMITS,
+                             "LearnedPositionalEmbedding: std 0.02 init, x + weight[offset:offset+T], gradient, "
+                             "max_len limit, any device on {n} cases", no_grad=False)
 # The input layer is built from parts: the learner's own (or the package's TokenEmbedding and
 # sinusoidal_positional_encoding); the assembled answers are off-limits.
 INPUT_LAYER_OFF_LIMITS = [
@@ -48,24 +61,78 @@ INPUT_LAYER_OFF_LIMITS = [
     "tfcourse.embedding.SinusoidalPositionalEncoding",
     "tfcourse.embedding.LearnedPositionalEmbedding",
 ]
+INPUT_LAYER = Exercise("input layer", INPUT_LAYER_OFF_LIMITS,
+                       "InputLayer: embedding x sqrt(d_model) + PE buffer, offset, max_len limit, dropout, any device "
+                       "on {n} cases", no_grad=False)
 
 
-def _module(learner_cls, args: tuple, what: str) -> nn.Module:
-    module = call_learner(f"{learner_cls.__name__}{args}", learner_cls, *args)
-    if not isinstance(module, nn.Module):
-        raise CheckFailed(f"{learner_cls.__name__} must be an nn.Module subclass ({what})")
-    return module
+def _module(learner_cls, args: tuple) -> nn.Module:
+    """The learner's module, built as `Name(*args)` (which messages name it)."""
+    return build_module(f"{learner_cls.__name__}{args}", learner_cls, *args)
 
 
-def _init_std(weight: Tensor, expected: float, what: str, named: dict[str, float]) -> None:
-    """The initial table's spread: its std should be `expected` (within 15 %)."""
-    std = weight.detach().float().std().item()
-    if abs(std / expected - 1) < 0.15:
+def _seeded_module(seed: int, args: tuple, learner_cls) -> nn.Module:
+    """The learner's module as it initialises itself after torch.manual_seed(seed)."""
+    torch.manual_seed(seed)
+    return _module(learner_cls, args)
+
+
+def _expect_initial_table(module: nn.Module, *, shape_name: str, shape: tuple[int, int], parameter: str,
+                          table: str, std: float, named: dict[str, float]) -> None:
+    """The module's only parameter is `weight`, of the given shape, and its spread is `std` (within 15 %);
+    `named` maps a usual mistake's description to the spread it gives."""
+    names = [name for name, _ in module.named_parameters()]
+    if names != ["weight"]:
+        raise CheckFailed(f"expected exactly one parameter named `weight` ({parameter}), got {names}")
+    if tuple(module.weight.shape) != shape:
+        raise CheckFailed(f"weight should have shape {shape_name} = {shape}, got {tuple(module.weight.shape)}")
+    actual = module.weight.detach().float().std().item()
+    if abs(actual / std - 1) < 0.15:
         return
     for description, value in named.items():
-        if abs(std / value - 1) < 0.15:
-            raise CheckFailed(f"{what} starts with std {std:.3g}: {description}")
-    raise CheckFailed(f"{what} starts with std {std:.3g}, expected {expected:.3g}")
+        if abs(actual / value - 1) < 0.15:
+            raise CheckFailed(f"{table} starts with std {actual:.3g}: {description}")
+    raise CheckFailed(f"{table} starts with std {actual:.3g}, expected {std:.3g}")
+
+
+def _initial_table_case(seed: int, args: tuple, **expected: Any) -> Case:
+    """The learner's module built after torch.manual_seed(seed): its table as `_expect_initial_table` expects it."""
+    return Case("the initial table", call=functools.partial(_seeded_module, seed, args),
+                inspect=functools.partial(_expect_initial_table, **expected))
+
+
+def _judge_initial_tables(exercise: Exercise, learner_cls, initial: list[Case]) -> None:
+    """The freshly built tables, judged under the exercise's guard before its cases run (the ✔ line
+    counts the cases only)."""
+    with off_limits(exercise.off_limits, exercise.name, learner_namespaces(learner_cls)):
+        for case in initial:
+            run_case(exercise, learner_cls, case)
+
+
+def _table_forward(learner_cls, *, args: tuple, weight: Tensor, table: str, hint: str, what: str,
+                   inputs: tuple) -> tuple[nn.Module, Any]:
+    """The learner's module with the reference table loaded into its `weight`, its forward on `inputs`,
+    and the backward of the output's sum (when the output can have one): (module, output)."""
+    module = _module(learner_cls, args)
+    if not isinstance(getattr(module, "weight", None), nn.Parameter):
+        raise CheckFailed(f"{table} must be an nn.Parameter named `weight` so that it is trained")
+    load_state(module, {"weight": weight}, f"{learner_cls.__name__}{args}", hint, strict=False)
+    output = call_learner(what, module, *inputs)
+    if isinstance(output, Tensor) and output.requires_grad:
+        call_learner("backward through your output", lambda: output.sum().backward())
+    return module, output
+
+
+def _expect_gradient(module: nn.Module, expected: Tensor, label: str, hint: str) -> None:
+    """The gradient of the output's sum reached the table `weight`, and is right."""
+    if module.weight.grad is None:
+        raise CheckFailed(f"no gradient reached `weight`: {hint}")
+    compare(module.weight.grad, expected, label)
+
+
+def _expect_fresh_portable(learner_cls, args: tuple, inputs: list, build: Callable = _module) -> None:
+    """On a GPU too: a fresh module, moved to float64 and to a data-less device."""
+    expect_portable(f"{learner_cls.__name__}{args}", build(learner_cls, args), inputs)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -97,51 +164,97 @@ class _WatchedTable(Tensor):
             return func(*args, **(kwargs or {}))
 
 
+def _lookup_with_a_dtype_hint(what: str, ids: Tensor, table: Tensor, learner_fn: Callable) -> Any:
+    """The learner's lookup; the error of an integer one-hot times the float table says what to convert."""
+    try:
+        return call_learner(what, learner_fn, ids, table)
+    except CheckFailed as error:
+        if "dtype" in str(error) and not isinstance(error, OffLimitsError):  # integer one-hot @ float table
+            raise CheckFailed(f"{error} — F.one_hot gives integers: convert with .to(table.dtype) "
+                              f"before the product") from None
+        raise
+
+
+def _expect_looked_up(actual: object, *, shape: tuple, vocab_size: int, d_model: int, what: str) -> Tensor | None:
+    """Not the one-hot matrix itself; what is compared is a plain tensor (the watched table's subclass dropped)."""
+    if not isinstance(actual, Tensor):
+        return None
+    actual = actual.as_subclass(Tensor)
+    if actual.shape == (*shape, vocab_size) and vocab_size != d_model:
+        raise CheckFailed(f"{what}: you returned the one-hot matrix itself (last axis vocab_size="
+                          f"{vocab_size}); multiply it by the table to get (..., d_model={d_model})")
+    return actual
+
+
 @isolated
 @one_thread
 def check_one_hot_lookup(learner_fn: Callable, hidden: bool = False) -> None:
     """lookup(ids, table) = one_hot(ids, V) @ table, which equals table[ids], for ids of any shape."""
-    cases = [((2, 4), 5, 3), ((1, 1), 7, 4)]  # (ids shape, vocab_size, d_model)
+    sizes = [((2, 4), 5, 3), ((1, 1), 7, 4)]  # (ids shape, vocab_size, d_model)
     if hidden:
-        cases += [((3, 6), 10, 6), ((5,), 4, 2), ((1, 3), 1, 2)]  # repeats and both ends; 1-D ids; V = 1
-    for seed, (shape, vocab_size, d_model) in enumerate(cases):
+        sizes += [((3, 6), 10, 6), ((5,), 4, 2), ((1, 3), 1, 2)]  # repeats and both ends; 1-D ids; V = 1
+    cases = []
+    for seed, (shape, vocab_size, d_model) in enumerate(sizes):
         generator = seeded(seed)
         table = torch.randn(vocab_size, d_model, generator=generator)
         ids = torch.randint(0, vocab_size, shape, generator=generator)
         ids.view(-1)[0] = vocab_size - 1  # the last row must be reachable too
-        expected = table[ids]  # (*ids.shape, d_model)
-        ids_before, table_before = ids.clone(), table.clone()
-        with off_limits(LOOKUP_OFF_LIMITS, "one-hot lookup", learner_namespaces(learner_fn)):
-            try:
-                actual = call_learner(f"lookup(ids of shape {shape}, table of shape {(vocab_size, d_model)})",
-                                      learner_fn, ids, table.as_subclass(_WatchedTable))
-            except CheckFailed as error:
-                if "dtype" in str(error) and not isinstance(error, OffLimitsError):  # integer one-hot @ float table
-                    raise CheckFailed(f"{error} — F.one_hot gives integers: convert with .to(table.dtype) "
-                                      f"before the product") from None
-                raise
-        expect_unchanged([ids_before, table_before], [ids, table], "lookup(ids, table)")
-        what = f"lookup for ids of shape {shape} and a ({vocab_size}, {d_model}) table"
-        if isinstance(actual, Tensor):
-            actual = actual.as_subclass(Tensor)
-            if actual.shape == (*shape, vocab_size) and vocab_size != d_model:
-                raise CheckFailed(f"{what}: you returned the one-hot matrix itself (last axis vocab_size="
-                                  f"{vocab_size}); multiply it by the table to get (..., d_model={d_model})")
-        compare(actual, expected, what, atol=1e-6, rtol=1e-5)
-    passed(f"one-hot lookup equals table[ids] on {len(cases)} cases" + hidden_note(hidden))
+        what = f"lookup(ids of shape {shape}, table of shape {(vocab_size, d_model)})"
+        label = f"lookup for ids of shape {shape} and a ({vocab_size}, {d_model}) table"
+        cases.append(Case(
+            what, call=functools.partial(_lookup_with_a_dtype_hint, what, ids, table.as_subclass(_WatchedTable)),
+            expected=table[ids],  # (*ids.shape, d_model)
+            label=label, inspect=functools.partial(_expect_looked_up, shape=shape, vocab_size=vocab_size,
+                                                   d_model=d_model, what=label),
+            unchanged=(ids, table), unchanged_what="lookup(ids, table)", atol=1e-6, rtol=1e-5))
+    run(LOOKUP, learner_fn, cases, hidden)
 
 
 # ----------------------------------------------------------------------------------------------
 # 2. Token embedding with the x sqrt(d_model) scaling
 # ----------------------------------------------------------------------------------------------
 
-def _expect_one_table(module: nn.Module, shape_name: str, shape: tuple[int, int], what: str) -> None:
-    """The module's only parameter is `weight`, of the given shape."""
-    names = [name for name, _ in module.named_parameters()]
-    if names != ["weight"]:
-        raise CheckFailed(f"expected exactly one parameter named `weight` ({what}), got {names}")
-    if tuple(module.weight.shape) != shape:
-        raise CheckFailed(f"weight should have shape {shape_name} = {shape}, got {tuple(module.weight.shape)}")
+TOKEN_INIT_MISTAKES = {
+    "that is std 1 (plain torch.randn); multiply by 1/sqrt(d_model) so that entries reach about 1 only "
+    "after the x sqrt(d_model) in forward": 1.0,
+    "that is GPT-2's 0.02 (GPT-2 does not scale); here the table starts at std 1/sqrt(d_model)": 0.02,
+}
+
+
+def _token_embedding_case(seed: int, shape: tuple, vocab_size: int, d_model: int) -> Case:
+    """The reference table loaded into the learner's module: its output and the gradient of its sum."""
+    torch.manual_seed(100 + seed)
+    reference = TokenEmbedding(vocab_size, d_model)
+    ids = torch.randint(0, vocab_size, shape, generator=seeded(seed))
+    ids.view(-1)[0] = vocab_size - 1
+    root = math.sqrt(d_model)
+    with torch.no_grad():
+        expected = reference(ids)
+        raw = reference.weight[ids]
+        mistakes = {
+            "the lookup *without* the x sqrt(d_model) scaling": raw,
+            "the lookup *divided* by sqrt(d_model) instead of multiplied": raw / root,
+            "the lookup multiplied by d_model instead of sqrt(d_model)": raw * d_model,
+        }
+    counts = torch.bincount(ids.view(-1), minlength=vocab_size).float()  # how often each row was used
+    gradient = counts[:, None].expand(vocab_size, d_model) * root  # d(sum of outputs)/d(weight)
+    what = f"forward(ids of shape {shape})"
+    return Case(what, call=functools.partial(_table_forward, args=(vocab_size, d_model), weight=reference.weight,
+                                             table="the table", hint="the table is (vocab_size, d_model)", what=what,
+                                             inputs=(ids,)),
+                inspect=functools.partial(_expect_scaled_lookup, expected=expected, mistakes=mistakes,
+                                          label=f"token embedding of ids of shape {shape} (d_model={d_model})",
+                                          gradient=gradient),
+                unchanged=(ids,), unchanged_what="forward(ids)")
+
+
+def _expect_scaled_lookup(result: tuple[nn.Module, Any], *, expected: Tensor, mistakes: dict[str, Tensor],
+                          label: str, gradient: Tensor) -> None:
+    """The output first (it names the scaling mistakes), then the gradient that reached the table."""
+    module, output = result
+    compare(output, expected, label, mistakes)
+    _expect_gradient(module, gradient, "the gradient reaching `weight`",
+                     "use the parameter itself in forward (not weight.data, a detached copy, or torch.no_grad())")
 
 
 @isolated
@@ -149,65 +262,20 @@ def _expect_one_table(module: nn.Module, shape_name: str, shape: tuple[int, int]
 def check_token_embedding(learner_cls, hidden: bool = False) -> None:
     """ScaledTokenEmbedding(vocab_size, d_model): `weight` (V, d_model) with std 1/sqrt(d_model); forward
     returns weight[ids] * sqrt(d_model) and lets the gradient reach `weight`."""
-    init_cases = [(1000, 64)] + ([(1500, 16)] if hidden else [])
-    cases = [((2, 5), 11, 8), ((1, 1), 3, 4)]  # (ids shape, vocab_size, d_model)
+    init_sizes = [(1000, 64)] + ([(1500, 16)] if hidden else [])  # (vocab_size, d_model)
+    sizes = [((2, 5), 11, 8), ((1, 1), 3, 4)]  # (ids shape, vocab_size, d_model)
     if hidden:
-        cases += [((3, 7), 20, 6), ((1, 9), 2, 32)]  # an odd d_model; a tiny vocabulary, many repeats
-    namespaces = learner_namespaces(learner_cls)
-
-    for seed, (vocab_size, d_model) in enumerate(init_cases):
-        torch.manual_seed(seed)
-        with off_limits(TOKEN_EMBEDDING_OFF_LIMITS, "scaled token embedding", namespaces):
-            module = _module(learner_cls, (vocab_size, d_model), "a lookup table with a `weight` parameter")
-        _expect_one_table(module, "(vocab_size, d_model)", (vocab_size, d_model), "the table, an nn.Parameter")
-        root = math.sqrt(d_model)
-        _init_std(module.weight, 1 / root, "the table", {
-            "that is std 1 (plain torch.randn); multiply by 1/sqrt(d_model) so that entries reach about 1 only "
-            "after the x sqrt(d_model) in forward": 1.0,
-            "that is GPT-2's 0.02 (GPT-2 does not scale); here the table starts at std 1/sqrt(d_model)":
-                0.02,
-        })
-
-    for seed, (shape, vocab_size, d_model) in enumerate(cases):
-        torch.manual_seed(100 + seed)
-        reference = TokenEmbedding(vocab_size, d_model)
-        ids = torch.randint(0, vocab_size, shape, generator=seeded(seed))
-        ids.view(-1)[0] = vocab_size - 1
-        root = math.sqrt(d_model)
-        with torch.no_grad():
-            expected = reference(ids)
-            raw = reference.weight[ids]
-            mistakes = {
-                "the lookup *without* the x sqrt(d_model) scaling": raw,
-                "the lookup *divided* by sqrt(d_model) instead of multiplied": raw / root,
-                "the lookup multiplied by d_model instead of sqrt(d_model)": raw * d_model,
-            }
-        counts = torch.bincount(ids.view(-1), minlength=vocab_size).float()  # how often each row was used
-        expected_grad = counts[:, None].expand(vocab_size, d_model) * root  # d(sum of outputs)/d(weight)
-        ids_before = ids.clone()
-        with off_limits(TOKEN_EMBEDDING_OFF_LIMITS, "scaled token embedding", namespaces):
-            module = _module(learner_cls, (vocab_size, d_model), "a lookup table with a `weight` parameter")
-            if not isinstance(getattr(module, "weight", None), nn.Parameter):
-                raise CheckFailed("the table must be an nn.Parameter named `weight` so that it is trained")
-            load_state(module, {"weight": reference.weight}, f"{learner_cls.__name__}({vocab_size}, {d_model})",
-                       "the table is (vocab_size, d_model)", strict=False)
-            actual = call_learner(f"forward(ids of shape {shape})", module, ids)
-            if isinstance(actual, Tensor) and actual.requires_grad:
-                call_learner("backward through your output", lambda: actual.sum().backward())
-        expect_unchanged([ids_before], [ids], "forward(ids)")
-        compare(actual, expected, f"token embedding of ids of shape {shape} (d_model={d_model})", mistakes)
-        if module.weight.grad is None:
-            raise CheckFailed("no gradient reached `weight`: use the parameter itself in forward "
-                              "(not weight.data, a detached copy, or torch.no_grad())")
-        compare(module.weight.grad, expected_grad, "the gradient reaching `weight`")
-
-    vocab_size, d_model = 11, 8  # on a GPU too: a fresh module, moved to float64 and to a data-less device
-    with off_limits(TOKEN_EMBEDDING_OFF_LIMITS, "scaled token embedding", namespaces):
-        module = _module(learner_cls, (vocab_size, d_model), "a lookup table with a `weight` parameter")
-        expect_portable(f"{learner_cls.__name__}({vocab_size}, {d_model})", module,
-                                [torch.randint(0, vocab_size, (2, 5), generator=seeded(0))])
-    passed(f"ScaledTokenEmbedding: init std 1/sqrt(d_model), output x sqrt(d_model), gradient, any device on "
-           f"{len(cases)} cases" + hidden_note(hidden))
+        sizes += [((3, 7), 20, 6), ((1, 9), 2, 32)]  # an odd d_model; a tiny vocabulary, many repeats
+    initial = [_initial_table_case(seed, (vocab_size, d_model), shape_name="(vocab_size, d_model)",
+                                   shape=(vocab_size, d_model), parameter="the table, an nn.Parameter",
+                                   table="the table", std=1 / math.sqrt(d_model), named=TOKEN_INIT_MISTAKES)
+               for seed, (vocab_size, d_model) in enumerate(init_sizes)]
+    cases = [_token_embedding_case(seed, *size) for seed, size in enumerate(sizes)]
+    vocab_size, d_model = 11, 8
+    portable = functools.partial(_expect_fresh_portable, learner_cls, (vocab_size, d_model),
+                                 [torch.randint(0, vocab_size, (2, 5), generator=seeded(0))])
+    _judge_initial_tables(TOKEN_EMBEDDING, learner_cls, initial)
+    run(TOKEN_EMBEDDING, learner_cls, cases, hidden, then=portable)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -216,6 +284,14 @@ def check_token_embedding(learner_cls, hidden: bool = False) -> None:
 
 def _bare_attention(x: Tensor) -> Tensor:
     return scaled_dot_product_attention(x, x, x)[0]  # Q = K = V = x, no weights
+
+
+def _causal_attention(x: Tensor) -> Tensor:
+    return scaled_dot_product_attention(x, x, x, causal_mask(x.shape[1]))[0]
+
+
+def _running_mean(x: Tensor) -> Tensor:
+    return x.cumsum(1) / torch.arange(1, x.shape[1] + 1)[:, None]  # (B, T, d_model)
 
 
 class _AttentionAfterPE(nn.Module):
@@ -229,17 +305,17 @@ class _AttentionAfterPE(nn.Module):
         return self.attn(x + sinusoidal_positional_encoding(x.shape[1], x.shape[2]))
 
 
-def _layers(d_model: int) -> list[tuple[str, Callable]]:
-    """(description, layer): the first three ignore order, the last three do not."""
-    return [
-        ("attention without positional encoding (Q = K = V = x)", _bare_attention),
-        ("multi-head attention without positional encoding", MultiHeadAttention(d_model, 2).eval()),
-        ("the position-wise feed-forward network", PositionwiseFeedForward(d_model).eval()),
-        ("multi-head attention *after adding* positional encoding", _AttentionAfterPE(d_model).eval()),
-        ("causal attention (position t sees only 0..t)",
-         lambda x: scaled_dot_product_attention(x, x, x, causal_mask(x.shape[1]))[0]),
-        ("a running mean over positions", lambda x: x.cumsum(1) / torch.arange(1, x.shape[1] + 1)[:, None]),
-    ]
+# (description, build(d_model) -> layer): the first three ignore order, the last three do not.
+PERMUTATION_LAYERS: list[tuple[str, Callable[[int], Callable]]] = [
+    ("attention without positional encoding (Q = K = V = x)", lambda d_model: _bare_attention),
+    ("multi-head attention without positional encoding", lambda d_model: MultiHeadAttention(d_model, 2).eval()),
+    ("the position-wise feed-forward network", lambda d_model: PositionwiseFeedForward(d_model).eval()),
+    ("multi-head attention *after adding* positional encoding", lambda d_model: _AttentionAfterPE(d_model).eval()),
+    ("causal attention (position t sees only 0..t)", lambda d_model: _causal_attention),
+    ("a running mean over positions", lambda d_model: _running_mean),
+]
+PERMUTATION_TEST = Exercise("permutation test", (), f"is_permutation_equivariant is right about "
+                                                    f"{len(PERMUTATION_LAYERS)} layers on {{n}} inputs")
 
 
 def _as_bool(result, what: str) -> bool:
@@ -250,43 +326,61 @@ def _as_bool(result, what: str) -> bool:
     raise CheckFailed(f"{what}: return True or False, got {type(result).__name__} {result!r:.60}")
 
 
+def _layer_question(description: str, layer: Callable, x: Tensor, perm: list[int]) -> Case:
+    """Is `layer` permutation-equivariant on x? The truth, measured (with the identity permutation or
+    T = 1 every layer is)."""
+    with torch.no_grad():
+        permuted_first, permuted_after = layer(x[:, perm]), layer(x)[:, perm]  # (B, T, d_model) each
+    return Case(f"is_permutation_equivariant({description}, x, perm={perm})", (layer, x, perm),
+                inspect=functools.partial(
+                    _expect_verdict, what=f"for {description}, x of shape {tuple(x.shape)} and perm={perm}", perm=perm,
+                    permuted_first=permuted_first, permuted_after=permuted_after,
+                    equivariant=torch.allclose(permuted_first, permuted_after, atol=1e-5, rtol=1e-4)),
+                unchanged_what="is_permutation_equivariant(layer, x, perm)")
+
+
+def _expect_verdict(answer: object, *, what: str, perm: list[int], permuted_first: Tensor, permuted_after: Tensor,
+                    equivariant: bool) -> None:
+    """The learner's True or False is the truth; a wrong one says how the comparison went wrong."""
+    answer = _as_bool(answer, what)
+    if answer and not equivariant:
+        gap = (permuted_first - permuted_after).abs().max().item()
+        raise CheckFailed(f"{what} you said True, but layer(x[:, perm]) differs from layer(x)[:, perm] by up "
+                          f"to {gap:.3g}: compare those two tensors, with a tight tolerance")
+    if not answer and equivariant:
+        hints = ["permute the output back with the same perm: compare layer(x[:, perm]) with layer(x)[:, perm]"]
+        if perm != sorted(perm) and [perm[p] for p in perm] != sorted(perm):
+            hints.append("index with perm itself, not its inverse (argsort)")
+        if not torch.equal(permuted_first, permuted_after):
+            hints.append("compare with a tolerance (torch.allclose): sums taken in another order differ "
+                         "in the last bits")
+        raise CheckFailed(f"{what} you said False, but layer(x[:, perm]) equals layer(x)[:, perm]; "
+                          + "; ".join(hints))
+
+
+def _ask_about_every_layer(questions: list[Case], learner_fn: Callable) -> None:
+    """One input, asked about every layer in turn."""
+    for question in questions:
+        run_case(PERMUTATION_TEST, learner_fn, question)
+
+
 @isolated
 @one_thread
 def check_permutation_test(learner_fn: Callable, hidden: bool = False) -> None:
     """is_permutation_equivariant(layer, x, perm) -> True iff layer(x[:, perm]) == layer(x)[:, perm]."""
-    cases = [(2, 3, 8, [2, 1, 0]), (1, 3, 8, [1, 2, 0])]  # (B, T, d_model, perm): 猫追狗 -> 狗追猫; a rotation
+    inputs = [(2, 3, 8, [2, 1, 0]), (1, 3, 8, [1, 2, 0])]  # (B, T, d_model, perm): 猫追狗 -> 狗追猫; a rotation
     if hidden:
-        cases += [(3, 6, 16, [4, 0, 5, 1, 3, 2]), (1, 1, 4, [0]), (2, 4, 8, [0, 1, 2, 3])]
-    for seed, (batch, length, d_model, perm) in enumerate(cases):
+        inputs += [(3, 6, 16, [4, 0, 5, 1, 3, 2]), (1, 1, 4, [0]), (2, 4, 8, [0, 1, 2, 3])]
+    cases = []
+    for seed, (batch, length, d_model, perm) in enumerate(inputs):
         torch.manual_seed(seed)
         x = torch.randn(batch, length, d_model)
-        for description, layer in _layers(d_model):
-            with torch.no_grad():
-                permuted_first, permuted_after = layer(x[:, perm]), layer(x)[:, perm]  # (B, T, d_model) each
-            # The truth, measured (with the identity permutation or T = 1 every layer is equivariant).
-            equivariant = torch.allclose(permuted_first, permuted_after, atol=1e-5, rtol=1e-4)
-            x_before = x.clone()
-            with torch.no_grad():
-                answer = call_learner(f"is_permutation_equivariant({description}, x, perm={perm})",
-                                      learner_fn, layer, x, perm)
-            expect_unchanged([x_before], [x], "is_permutation_equivariant(layer, x, perm)")
-            what = f"for {description}, x of shape {(batch, length, d_model)} and perm={perm}"
-            answer = _as_bool(answer, what)
-            if answer and not equivariant:
-                gap = (permuted_first - permuted_after).abs().max().item()
-                raise CheckFailed(f"{what} you said True, but layer(x[:, perm]) differs from layer(x)[:, perm] by up "
-                                  f"to {gap:.3g}: compare those two tensors, with a tight tolerance")
-            if not answer and equivariant:
-                hints = ["permute the output back with the same perm: compare layer(x[:, perm]) with layer(x)[:, perm]"]
-                if perm != sorted(perm) and [perm[p] for p in perm] != sorted(perm):
-                    hints.append("index with perm itself, not its inverse (argsort)")
-                if not torch.equal(permuted_first, permuted_after):
-                    hints.append("compare with a tolerance (torch.allclose): sums taken in another order differ "
-                                 "in the last bits")
-                raise CheckFailed(f"{what} you said False, but layer(x[:, perm]) equals layer(x)[:, perm]; "
-                                  + "; ".join(hints))
-    passed(f"is_permutation_equivariant is right about {len(_layers(8))} layers on {len(cases)} inputs"
-           + hidden_note(hidden))
+        layers = [(description, build(d_model)) for description, build in PERMUTATION_LAYERS]
+        questions = [_layer_question(description, layer, x, perm) for description, layer in layers]
+        # One case per input, each a question per layer: the ✔ line counts the inputs.
+        cases.append(Case(f"the layers on x of shape {tuple(x.shape)}, perm={perm}",
+                          call=functools.partial(_ask_about_every_layer, questions)))
+    run(PERMUTATION_TEST, learner_fn, cases, hidden)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -337,23 +431,23 @@ def pe_mistakes(max_len: int, d_model: int) -> dict[str, Tensor]:
 @one_thread
 def check_positional_encoding(learner_fn: Callable, hidden: bool = False) -> None:
     """sinusoidal_positional_encoding(max_len, d_model) -> (max_len, d_model) float32, the paper's table."""
-    cases = [(10, 4), (50, 16), (1, 2)]
+    sizes = [(10, 4), (50, 16), (1, 2)]
     if hidden:
-        cases += [(100, 512), (7, 6), (1, 8), (3, 2), (1024, 32)]
-    for max_len, d_model in cases:
-        expected = sinusoidal_positional_encoding(max_len, d_model)
-        mistakes = pe_mistakes(max_len, d_model)
-        with off_limits(PE_OFF_LIMITS, "sinusoidal positional encoding", learner_namespaces(learner_fn)):
-            actual = call_learner(f"sinusoidal_positional_encoding({max_len}, {d_model})", learner_fn, max_len, d_model)
-        # Angles up to max_len radians: float32 rounding of the angle moves sin/cos by ~1e-7 * max_len.
-        compare(actual, expected, f"sinusoidal_positional_encoding({max_len}, {d_model})", mistakes,
-                atol=1e-4 + 1e-7 * max_len, rtol=1e-4)
-    passed(f"sinusoidal_positional_encoding matches the paper's table on {len(cases)} sizes" + hidden_note(hidden))
+        sizes += [(100, 512), (7, 6), (1, 8), (3, 2), (1024, 32)]
+    # Angles up to max_len radians: float32 rounding of the angle moves sin/cos by ~1e-7 * max_len.
+    cases = [Case(f"sinusoidal_positional_encoding({max_len}, {d_model})", (max_len, d_model),
+                  expected=sinusoidal_positional_encoding(max_len, d_model), mistakes=pe_mistakes(max_len, d_model),
+                  atol=1e-4 + 1e-7 * max_len, rtol=1e-4)
+             for max_len, d_model in sizes]
+    run(POSITIONAL_ENCODING, learner_fn, cases, hidden)
 
 
 # ----------------------------------------------------------------------------------------------
 # 5. Learned positional embeddings
 # ----------------------------------------------------------------------------------------------
+
+LEARNED_INIT_MISTAKES = {"that is std 1 (plain torch.randn); learned positions start small, at std 0.02": 1.0}
+
 
 def _expect_value_error(fn: Callable, what: str, hint: str) -> None:
     try:
@@ -369,80 +463,76 @@ def _expect_value_error(fn: Callable, what: str, hint: str) -> None:
     raise CheckFailed(f"{what}: returned {shape} instead of raising a ValueError {hint}")
 
 
+def _learned_positions_case(seed: int, batch: int, length: int, d_model: int, max_len: int, offset: int) -> Case:
+    """The reference table loaded into the learner's module: x plus its rows, their gradient, the max_len limit."""
+    torch.manual_seed(10 + seed)
+    reference = LearnedPositionalEmbedding(d_model, max_len)
+    x = torch.randn(batch, length, d_model)
+    with torch.no_grad():
+        expected = reference(x, offset)
+        rows = reference.weight[offset: offset + length]  # (T, d_model)
+        mistakes = {"the position vectors alone: add them to x": rows.expand_as(x).clone(),
+                    "x unchanged: nothing was added": x.clone()}
+        if offset:
+            mistakes["x + weight[:T]: the offset was ignored"] = reference(x, 0)
+    gradient = torch.zeros(max_len, d_model)
+    gradient[offset: offset + length] = batch  # each used row receives the sum over the batch
+    what = f"forward(x of shape {tuple(x.shape)}, offset={offset})"
+    return Case(what, call=functools.partial(_table_forward, args=(d_model, max_len), weight=reference.weight,
+                                             table="the position table", what=what, inputs=(x, offset),
+                                             hint="one row per position: (max_len, d_model)"),
+                inspect=functools.partial(_expect_positions_added, expected=expected, mistakes=mistakes, x=x,
+                                          label=f"learned positions for x of shape {tuple(x.shape)}, offset={offset}, "
+                                                f"max_len={max_len}", gradient=gradient, max_len=max_len),
+                unchanged=(x,), unchanged_what="forward(x, offset)")
+
+
+def _expect_positions_added(result: tuple[nn.Module, Any], *, expected: Tensor, mistakes: dict[str, Tensor], x: Tensor,
+                            label: str, gradient: Tensor, max_len: int) -> None:
+    """The output, then the gradient that reached the rows used, then the error past max_len."""
+    module, output = result
+    compare(output, expected, label, mistakes)
+    _expect_gradient(module, gradient, "the gradient reaching `weight` (only rows offset..offset+T-1)",
+                     "add the parameter itself (not weight.data or a copy)")
+    # Past max_len there is no vector to add: that must be an error, not a silently shorter slice.
+    length = x.shape[1]
+    too_far = max_len - length + 1
+    _expect_value_error(lambda: module(x, too_far),
+                        f"forward(x with T={length}, offset={too_far}) with max_len={max_len}",
+                        "(offset + T > max_len: there is no learned vector for those positions)")
+
+
 @isolated
 @one_thread
 def check_learned_positions(learner_cls, hidden: bool = False) -> None:
     """LearnedPositionalEmbedding(d_model, max_len): `weight` (max_len, d_model), std 0.02;
     forward(x, offset=0) = x + weight[offset : offset + T]; a ValueError past max_len."""
-    namespaces = learner_namespaces(learner_cls)
-    init_cases = [(512, 64)] + ([(300, 8)] if hidden else [])  # (max_len, d_model)
-    for seed, (max_len, d_model) in enumerate(init_cases):
-        torch.manual_seed(seed)
-        with off_limits(LEARNED_OFF_LIMITS, "learned positional embedding", namespaces):
-            module = _module(learner_cls, (d_model, max_len), "one trainable vector per position")
-        _expect_one_table(module, "(max_len, d_model)", (max_len, d_model),
-                          "an nn.Parameter with one row per position")
-        _init_std(module.weight, 0.02, "the position table", {
-            "that is std 1 (plain torch.randn); learned positions start small, at std 0.02": 1.0,
-        })
-
-    cases = [(2, 5, 8, 16, 0), (2, 5, 8, 16, 3), (1, 1, 4, 6, 5)]  # (B, T, d_model, max_len, offset)
+    init_sizes = [(512, 64)] + ([(300, 8)] if hidden else [])  # (max_len, d_model)
+    sizes = [(2, 5, 8, 16, 0), (2, 5, 8, 16, 3), (1, 1, 4, 6, 5)]  # (B, T, d_model, max_len, offset)
     if hidden:
-        cases += [(3, 16, 8, 16, 0), (1, 2, 6, 9, 7), (4, 1, 2, 1, 0)]  # T = max_len; the last two; max_len 1
-    for seed, (batch, length, d_model, max_len, offset) in enumerate(cases):
-        torch.manual_seed(10 + seed)
-        reference = LearnedPositionalEmbedding(d_model, max_len)
-        x = torch.randn(batch, length, d_model)
-        with torch.no_grad():
-            expected = reference(x, offset)
-            rows = reference.weight[offset: offset + length]  # (T, d_model)
-            mistakes = {"the position vectors alone: add them to x": rows.expand_as(x).clone(),
-                        "x unchanged: nothing was added": x.clone()}
-            if offset:
-                mistakes["x + weight[:T]: the offset was ignored"] = reference(x, 0)
-        expected_grad = torch.zeros(max_len, d_model)
-        expected_grad[offset: offset + length] = batch  # each used row receives the sum over the batch
-        x_before = x.clone()
-        with off_limits(LEARNED_OFF_LIMITS, "learned positional embedding", namespaces):
-            module = _module(learner_cls, (d_model, max_len), "one trainable vector per position")
-            if not isinstance(getattr(module, "weight", None), nn.Parameter):
-                raise CheckFailed("the position table must be an nn.Parameter named `weight` so that it is trained")
-            load_state(module, {"weight": reference.weight}, f"{learner_cls.__name__}({d_model}, {max_len})",
-                       "one row per position: (max_len, d_model)", strict=False)
-            actual = call_learner(f"forward(x of shape {tuple(x.shape)}, offset={offset})", module, x, offset)
-            if isinstance(actual, Tensor) and actual.requires_grad:
-                call_learner("backward through your output", lambda: actual.sum().backward())
-        expect_unchanged([x_before], [x], "forward(x, offset)")
-        compare(actual, expected, f"learned positions for x of shape {tuple(x.shape)}, offset={offset}, "
-                                  f"max_len={max_len}", mistakes)
-        if module.weight.grad is None:
-            raise CheckFailed("no gradient reached `weight`: add the parameter itself (not weight.data or a copy)")
-        compare(module.weight.grad, expected_grad, "the gradient reaching `weight` (only rows offset..offset+T-1)")
-
-        # Past max_len there is no vector to add: that must be an error, not a silently shorter slice.
-        too_far = max_len - length + 1
-        with off_limits(LEARNED_OFF_LIMITS, "learned positional embedding", namespaces):
-            _expect_value_error(lambda: module(x, too_far),
-                                f"forward(x with T={length}, offset={too_far}) with max_len={max_len}",
-                                "(offset + T > max_len: there is no learned vector for those positions)")
-
-    d_model, max_len = 8, 16  # on a GPU too: a fresh module, moved to float64 and to a data-less device
-    with off_limits(LEARNED_OFF_LIMITS, "learned positional embedding", namespaces):
-        module = _module(learner_cls, (d_model, max_len), "one trainable vector per position")
-        expect_portable(f"{learner_cls.__name__}({d_model}, {max_len})", module,
-                                [torch.randn(2, 5, d_model, generator=seeded(0)), 3])
-    passed(f"LearnedPositionalEmbedding: std 0.02 init, x + weight[offset:offset+T], gradient, max_len limit, "
-           f"any device on {len(cases)} cases" + hidden_note(hidden))
+        sizes += [(3, 16, 8, 16, 0), (1, 2, 6, 9, 7), (4, 1, 2, 1, 0)]  # T = max_len; the last two; max_len 1
+    initial = [_initial_table_case(seed, (d_model, max_len), shape_name="(max_len, d_model)", shape=(max_len, d_model),
+                                   parameter="an nn.Parameter with one row per position", table="the position table",
+                                   std=0.02, named=LEARNED_INIT_MISTAKES)
+               for seed, (max_len, d_model) in enumerate(init_sizes)]
+    cases = [_learned_positions_case(seed, *size) for seed, size in enumerate(sizes)]
+    d_model, max_len = 8, 16
+    portable = functools.partial(_expect_fresh_portable, learner_cls, (d_model, max_len),
+                                 [torch.randn(2, 5, d_model, generator=seeded(0)), 3])
+    _judge_initial_tables(LEARNED_POSITIONS, learner_cls, initial)
+    run(LEARNED_POSITIONS, learner_cls, cases, hidden, then=portable)
 
 
 # ----------------------------------------------------------------------------------------------
 # 6. The input layer: X = dropout(Embedding(ids) * sqrt(d_model) + PE)
 # ----------------------------------------------------------------------------------------------
 
-def _input_layer(learner_cls, vocab_size, d_model, max_len, dropout, namespaces) -> nn.Module:
-    args = (vocab_size, d_model, max_len, dropout)
-    with off_limits(INPUT_LAYER_OFF_LIMITS, "input layer", namespaces):
-        module = _module(learner_cls, args, "token embedding + positional encoding + dropout")
+TOKEN_HINT = "self.token = ScaledTokenEmbedding(vocab_size, d_model)"
+
+
+def _input_layer(learner_cls, args: tuple) -> nn.Module:
+    """The learner's InputLayer(*args), with a `pe` buffer, one parameter `token.weight` and an nn.Dropout."""
+    module = _module(learner_cls, args)
     buffers = dict(module.named_buffers())
     parameters = [name for name, _ in module.named_parameters()]
     if "pe" in parameters:
@@ -465,79 +555,84 @@ INPUT_LAYER_PARTS = dict(ScaledTokenEmbedding=lambda: TokenEmbedding,
                          sinusoidal_positional_encoding=lambda: sinusoidal_positional_encoding)
 
 
-@composite(**INPUT_LAYER_PARTS)
-@isolated
-@one_thread
-def check_input_layer(learner_cls, hidden: bool = False) -> None:
-    """InputLayer(vocab_size, d_model, max_len, dropout): forward(ids, offset=0) =
-    dropout(token(ids) + pe[offset : offset + T]); `pe` a buffer; a ValueError past max_len."""
-    namespaces = learner_namespaces(learner_cls)
-    cases = [((2, 5), 13, 8, 16, 0), ((2, 5), 13, 8, 16, 4), ((1, 1), 5, 4, 3, 1)]  # ids, V, d, max_len, offset
-    if hidden:
-        cases += [((3, 10), 7, 16, 12, 2), ((1, 6), 30, 6, 6, 0), ((2, 1), 4, 2, 8, 7)]
-    for seed, (shape, vocab_size, d_model, max_len, offset) in enumerate(cases):
-        length, root = shape[1], math.sqrt(d_model)
-        torch.manual_seed(20 + seed)
-        reference = InputEmbedding(vocab_size, d_model, max_len, dropout=0.0).eval()
-        ids = torch.randint(0, vocab_size, shape, generator=seeded(seed))
-        pe = sinusoidal_positional_encoding(max_len + 1, d_model)  # one extra row for the "starts at 1" mistake
-        with torch.no_grad():
-            expected = reference(ids, offset)  # (B, T, d_model)
-            raw = reference.token.weight[ids]  # (B, T, d_model), unscaled
-            rows = pe[offset: offset + length]  # (T, d_model)
-            mistakes = {
-                "the token embedding *without* x sqrt(d_model), plus PE": raw + rows,
-                "(embedding + PE) x sqrt(d_model): only the token embedding is scaled, not the PE":
-                    (raw + rows) * root,
-                "the token embedding alone: the positional encoding was not added": raw * root,
-                "embedding + PE for positions offset+1..offset+T (positions start at 0)":
-                    raw * root + pe[offset + 1: offset + length + 1],
-            }
-            if offset:
-                mistakes["embedding + PE[:T]: the offset was ignored (ids[:, 0] sits at position offset)"] = \
-                    raw * root + pe[:length]
-        wrong_tables = pe_mistakes(max_len, d_model)
-
-        module = _input_layer(learner_cls, vocab_size, d_model, max_len, 0.0, namespaces)
-        compare(module.pe, pe[:max_len], f"self.pe (the sinusoidal table, max_len={max_len}, d_model={d_model})",
-                wrong_tables, atol=1e-4, rtol=1e-4)
-        load_state(module, {"token.weight": reference.token.weight}, "your input layer",
-                   "self.token = ScaledTokenEmbedding(vocab_size, d_model)", strict=False)
-        module.eval()
-        ids_before = ids.clone()
-        what = f"forward(ids of shape {shape}, offset={offset}) with d_model={d_model}"
-        with off_limits(INPUT_LAYER_OFF_LIMITS, "input layer", namespaces), torch.no_grad():
-            actual = call_learner(what, module, ids, offset)
-        expect_unchanged([ids_before], [ids], "forward(ids, offset)")
-        if isinstance(actual, Tensor) and actual.dim() == 3 and actual.shape[-1] == 2 * d_model:
-            raise CheckFailed(f"{what}: expected shape {tuple(expected.shape)}, got {tuple(actual.shape)} — PE was "
-                              f"concatenated instead of added; X = Embedding + PE keeps d_model features")
-        if isinstance(actual, Tensor) and actual.dim() == 3 and actual.shape[1] == 2 * length:
-            raise CheckFailed(f"{what}: expected shape {tuple(expected.shape)}, got {tuple(actual.shape)} — PE was "
-                              f"concatenated along positions; add it, one PE row per token")
-        if isinstance(actual, Tensor) and actual.shape == expected.shape and (actual == 0).float().mean() > 0.2:
-            raise CheckFailed(f"{what}: many entries are 0 in eval mode — dropout must be inactive after .eval(): "
-                              f"use self.dropout (an nn.Dropout), not F.dropout without training=self.training")
-        compare(actual, expected, what, mistakes)
-
-        too_far = max_len - length + 1
-        with off_limits(INPUT_LAYER_OFF_LIMITS, "input layer", namespaces), torch.no_grad():
-            _expect_value_error(lambda: module(ids, too_far),
-                                f"forward(ids with T={length}, offset={too_far}) with max_len={max_len}",
-                                "(offset + T > max_len: the table has no rows for those positions)")
-
-    # Dropout acts on the sum, in training mode only: about half the entries zeroed, the rest x 1/(1 - p).
-    vocab_size, d_model, max_len, p = 13, 16, 12, 0.5
-    torch.manual_seed(7)
+def _input_layer_case(seed: int, shape: tuple, vocab_size: int, d_model: int, max_len: int, offset: int) -> Case:
+    """The learner's layer (its `pe` first) with the reference tokens, in eval mode: its output, then the
+    max_len limit."""
+    length, root = shape[1], math.sqrt(d_model)
+    torch.manual_seed(20 + seed)
     reference = InputEmbedding(vocab_size, d_model, max_len, dropout=0.0).eval()
-    ids = torch.randint(0, vocab_size, (2, 6), generator=seeded(7))
+    ids = torch.randint(0, vocab_size, shape, generator=seeded(seed))
+    pe = sinusoidal_positional_encoding(max_len + 1, d_model)  # one extra row for the "starts at 1" mistake
     with torch.no_grad():
-        expected = reference(ids)
-    module = _input_layer(learner_cls, vocab_size, d_model, max_len, p, namespaces)
-    load_state(module, {"token.weight": reference.token.weight}, "your input layer",
-               "self.token = ScaledTokenEmbedding(vocab_size, d_model)", strict=False)
+        expected = reference(ids, offset)  # (B, T, d_model)
+        raw = reference.token.weight[ids]  # (B, T, d_model), unscaled
+        rows = pe[offset: offset + length]  # (T, d_model)
+        mistakes = {
+            "the token embedding *without* x sqrt(d_model), plus PE": raw + rows,
+            "(embedding + PE) x sqrt(d_model): only the token embedding is scaled, not the PE":
+                (raw + rows) * root,
+            "the token embedding alone: the positional encoding was not added": raw * root,
+            "embedding + PE for positions offset+1..offset+T (positions start at 0)":
+                raw * root + pe[offset + 1: offset + length + 1],
+        }
+        if offset:
+            mistakes["embedding + PE[:T]: the offset was ignored (ids[:, 0] sits at position offset)"] = \
+                raw * root + pe[:length]
+    what = f"forward(ids of shape {shape}, offset={offset}) with d_model={d_model}"
+    return Case(what, call=functools.partial(_input_layer_forward, args=(vocab_size, d_model, max_len, 0.0),
+                                             pe=pe[:max_len], wrong_tables=pe_mistakes(max_len, d_model),
+                                             token_weight=reference.token.weight, ids=ids, offset=offset, what=what),
+                inspect=functools.partial(_expect_input_layer_output, expected=expected, mistakes=mistakes, what=what,
+                                          ids=ids, max_len=max_len),
+                unchanged=(ids,), unchanged_what="forward(ids, offset)")
+
+
+def _input_layer_forward(learner_cls, *, args: tuple, pe: Tensor, wrong_tables: dict[str, Tensor], token_weight: Tensor,
+                         ids: Tensor, offset: int, what: str) -> tuple[nn.Module, Any]:
+    """The learner's layer, its `pe` judged first; then with the reference tokens, in eval mode, on ids:
+    (module, output)."""
+    module = _input_layer(learner_cls, args)
+    max_len, d_model = pe.shape
+    compare(module.pe, pe, f"self.pe (the sinusoidal table, max_len={max_len}, d_model={d_model})",
+            wrong_tables, atol=1e-4, rtol=1e-4)
+    load_state(module, {"token.weight": token_weight}, "your input layer", TOKEN_HINT, strict=False)
+    module.eval()
+    with torch.no_grad():
+        return module, call_learner(what, module, ids, offset)
+
+
+def _expect_input_layer_output(result: tuple[nn.Module, Any], *, expected: Tensor, mistakes: dict[str, Tensor],
+                               what: str, ids: Tensor, max_len: int) -> None:
+    """The usual wrong shapes and an eval-mode dropout first, then the values, then the error past max_len."""
+    module, actual = result
+    d_model, length = expected.shape[-1], ids.shape[1]
+    if isinstance(actual, Tensor) and actual.dim() == 3 and actual.shape[-1] == 2 * d_model:
+        raise CheckFailed(f"{what}: expected shape {tuple(expected.shape)}, got {tuple(actual.shape)} — PE was "
+                          f"concatenated instead of added; X = Embedding + PE keeps d_model features")
+    if isinstance(actual, Tensor) and actual.dim() == 3 and actual.shape[1] == 2 * length:
+        raise CheckFailed(f"{what}: expected shape {tuple(expected.shape)}, got {tuple(actual.shape)} — PE was "
+                          f"concatenated along positions; add it, one PE row per token")
+    if isinstance(actual, Tensor) and actual.shape == expected.shape and (actual == 0).float().mean() > 0.2:
+        raise CheckFailed(f"{what}: many entries are 0 in eval mode — dropout must be inactive after .eval(): "
+                          f"use self.dropout (an nn.Dropout), not F.dropout without training=self.training")
+    compare(actual, expected, what, mistakes)
+    too_far = max_len - length + 1
+    with torch.no_grad():
+        _expect_value_error(lambda: module(ids, too_far),
+                            f"forward(ids with T={length}, offset={too_far}) with max_len={max_len}",
+                            "(offset + T > max_len: the table has no rows for those positions)")
+
+
+def _expect_dropout(learner_cls, *, args: tuple, token_weight: Tensor, ids: Tensor, expected: Tensor,
+                    rng_state: Tensor) -> None:
+    """Dropout acts on the sum, in training mode only: about half the entries zeroed, the rest x 1/(1 - p).
+    The layer is built and drops from `rng_state`: its mask does not depend on the cases before."""
+    p = args[-1]
+    torch.set_rng_state(rng_state)
+    module = _input_layer(learner_cls, args)
+    load_state(module, {"token.weight": token_weight}, "your input layer", TOKEN_HINT, strict=False)
     module.train()
-    with off_limits(INPUT_LAYER_OFF_LIMITS, "input layer", namespaces), torch.no_grad():
+    with torch.no_grad():
         actual = call_learner("forward(ids) in training mode with dropout=0.5", module, ids)
     compare(actual, expected, "forward(ids) in training mode (shape and dtype)", atol=math.inf)
     dropped = actual == 0
@@ -552,10 +647,31 @@ def check_input_layer(learner_cls, hidden: bool = False) -> None:
         raise CheckFailed("in training mode the output should be dropout(embedding + PE): about half the entries 0, "
                           "the rest (embedding + PE) / (1 - p); apply dropout once, to the sum")
 
-    # On a GPU too: a fresh layer, moved to float64 and to a data-less device.
-    module = _input_layer(learner_cls, vocab_size, d_model, max_len, p, namespaces)
-    with off_limits(INPUT_LAYER_OFF_LIMITS, "input layer", namespaces):
-        expect_portable(f"{learner_cls.__name__}{(vocab_size, d_model, max_len, p)}", module,
-                                [torch.randint(0, vocab_size, (2, 5), generator=seeded(1)), 2])
-    passed(f"InputLayer: embedding x sqrt(d_model) + PE buffer, offset, max_len limit, dropout, any device on "
-           f"{len(cases)} cases" + hidden_note(hidden))
+
+@composite(**INPUT_LAYER_PARTS)
+@isolated
+@one_thread
+def check_input_layer(learner_cls, hidden: bool = False) -> None:
+    """InputLayer(vocab_size, d_model, max_len, dropout): forward(ids, offset=0) =
+    dropout(token(ids) + pe[offset : offset + T]); `pe` a buffer; a ValueError past max_len."""
+    sizes = [((2, 5), 13, 8, 16, 0), ((2, 5), 13, 8, 16, 4), ((1, 1), 5, 4, 3, 1)]  # ids, V, d, max_len, offset
+    if hidden:
+        sizes += [((3, 10), 7, 16, 12, 2), ((1, 6), 30, 6, 6, 0), ((2, 1), 4, 2, 8, 7)]
+    cases = [_input_layer_case(seed, *size) for seed, size in enumerate(sizes)]
+    # Then dropout in training mode, and a fresh layer on a GPU too (moved to float64, to a data-less device).
+    vocab_size, d_model, max_len, p = 13, 16, 12, 0.5
+    args = (vocab_size, d_model, max_len, p)
+    torch.manual_seed(7)
+    reference = InputEmbedding(vocab_size, d_model, max_len, dropout=0.0).eval()
+    rng_state = torch.get_rng_state()
+    ids = torch.randint(0, vocab_size, (2, 6), generator=seeded(7))
+    with torch.no_grad():
+        expected = reference(ids)
+    portable_inputs = [torch.randint(0, vocab_size, (2, 5), generator=seeded(1)), 2]
+
+    def after_the_cases() -> None:
+        _expect_dropout(learner_cls, args=args, token_weight=reference.token.weight, ids=ids, expected=expected,
+                        rng_state=rng_state)
+        _expect_fresh_portable(learner_cls, args, portable_inputs, build=_input_layer)
+
+    run(INPUT_LAYER, learner_cls, cases, hidden, then=after_the_cases)

@@ -12,19 +12,25 @@ A module the learner writes must also run on a GPU: check_feed_forward ends with
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from ..ffn import (WORKED_B1, WORKED_B2, WORKED_W1, WORKED_W2, WORKED_X, PositionwiseFeedForward,
                    worked_example_weights)
-from .core import (isolated, CheckFailed, _close, call_learner, compare, expect_portable, expect_unchanged, hidden_note,
-                   learner_namespaces, load_state, off_limits, passed, seeded)
+from .core import (Case, CheckFailed, Exercise, _close, build_module, call_learner, compare, expect_portable,
+                   expect_unchanged, isolated, load_state, run, seeded)
 
 # While the learner's FFN runs, the answer itself is off-limits. (torch has no stand-alone FFN
 # module to forbid: its only one lives inside nn.TransformerEncoderLayer.)
 FFN_OFF_LIMITS = ["tfcourse.ffn.PositionwiseFeedForward"]
+# no_grad=False: the learner's code runs with autograd on, as in the notebook (an in-place change of a
+# parameter fails there, so it fails here too); the FFN's forward alone runs without it.
+FEED_FORWARD = Exercise("feed-forward network", FFN_OFF_LIMITS, "FeedForward matches the reference on {n} shapes",
+                        no_grad=False)
 
 TRACE_KEYS = ("hidden", "activated", "output", "residual")
 WORKED_LABEL = "the worked example x = (1, -2)"
@@ -54,9 +60,7 @@ def _fmt(t: Tensor) -> str:
 
 def _build(learner_cls, d_model: int, d_ff: int | None) -> nn.Module:
     args = (d_model,) if d_ff is None else (d_model, d_ff)
-    module = call_learner(f"{learner_cls.__name__}{args}", learner_cls, *args)
-    if not isinstance(module, nn.Module):
-        raise CheckFailed(f"{learner_cls.__name__} must be an nn.Module subclass")
+    module = build_module(f"{learner_cls.__name__}{args}", learner_cls, *args)
     names = sorted(name for name, _ in module.named_parameters())
     expected = ["linear1.bias", "linear1.weight", "linear2.bias", "linear2.weight"]
     if names != expected:
@@ -64,58 +68,125 @@ def _build(learner_cls, d_model: int, d_ff: int | None) -> nn.Module:
     return module.eval()
 
 
+def _forward_with_reference_weights(learner_cls, *, d_model: int, d_ff: int | None, reference_d_ff: int,
+                                    state: dict[str, Tensor], x: Tensor) -> Any:
+    """The learner's FFN with the reference's weights loaded, on x."""
+    module = _build(learner_cls, d_model, d_ff)
+    if module.linear1.out_features != reference_d_ff:
+        raise CheckFailed(f"linear1 should map d_model={d_model} to d_ff={reference_d_ff}, "
+                          f"got {module.linear1.out_features} (d_ff defaults to 4 * d_model)")
+    load_state(module, state, f"{learner_cls.__name__}({d_model}, {d_ff})",
+               "linear1 = nn.Linear(d_model, d_ff), linear2 = nn.Linear(d_ff, d_model)",
+               strict=False)  # extra buffers of yours may stay
+    with torch.no_grad():
+        return call_learner("forward(x)", module, x)
+
+
+def _feed_forward_case(seed: int, batch: int | None, length: int, d_model: int, d_ff: int | None) -> Case:
+    """The reference's weights loaded into the learner's FFN: its output on x of shape (B, T, d_model) or
+    (T, d_model) when batch is None."""
+    torch.manual_seed(seed)
+    reference = PositionwiseFeedForward(d_model, d_ff).eval()
+    x = torch.randn(length, d_model) if batch is None else torch.randn(batch, length, d_model)
+    with torch.no_grad():
+        expected = reference(x)
+        h = reference.linear1(x)
+        mistakes = {
+            "the FFN *without* ReLU (two linear layers in a row collapse into one)": reference.linear2(h),
+            "ReLU applied *after* the second linear layer too": torch.relu(reference.linear2(torch.relu(h))),
+            "GELU instead of ReLU (fine in GPT-2, but this exercise is the paper's ReLU)":
+                reference.linear2(nn.functional.gelu(h)),
+            "the FFN output *plus* the input: the residual is added by the block, not the FFN":
+                expected + x,
+            "ReLU applied to the input x instead of to the hidden layer x W1 + b1":
+                reference.linear2(reference.linear1(torch.relu(x))),
+        }
+    return Case("forward(x)", call=functools.partial(_forward_with_reference_weights, d_model=d_model, d_ff=d_ff,
+                                                     reference_d_ff=reference.d_ff, state=reference.state_dict(), x=x),
+                expected=expected, mistakes=mistakes, label=f"FFN output for x of shape {tuple(x.shape)}",
+                unchanged=(x,))
+
+
+def _expect_fresh_portable(learner_cls, x: Tensor) -> None:
+    """Right on the CPU; now a fresh one must also follow the input to another device and dtype."""
+    # expect_portable runs the learner's code quietly (stderr would cost the test cell its points)
+    expect_portable(f"{learner_cls.__name__}(8, 32)", _build(learner_cls, 8, 32), [x])
+
+
 @isolated
 def check_feed_forward(learner_cls, hidden: bool = False) -> None:
     """FFN(x) = max(0, x W1 + b1) W2 + b2 on (B, T, d_model) inputs; d_ff defaults to 4 d_model."""
-    cases = [(2, 5, 8, 32), (1, 1, 4, 16)]
+    sizes = [(2, 5, 8, 32), (1, 1, 4, 16)]
     if hidden:
         # a d_ff that is not 4 d_model; the default d_ff; an input without a batch axis (T, d_model)
-        cases += [(3, 7, 12, 20), (2, 3, 6, None), (None, 5, 8, 24)]
-    for seed, (batch, length, d_model, d_ff) in enumerate(cases):
-        torch.manual_seed(seed)
-        reference = PositionwiseFeedForward(d_model, d_ff).eval()
-        x = torch.randn(length, d_model) if batch is None else torch.randn(batch, length, d_model)
-        with torch.no_grad():
-            expected = reference(x)
-            h = reference.linear1(x)
-            mistakes = {
-                "the FFN *without* ReLU (two linear layers in a row collapse into one)": reference.linear2(h),
-                "ReLU applied *after* the second linear layer too": torch.relu(reference.linear2(torch.relu(h))),
-                "GELU instead of ReLU (fine in GPT-2, but this exercise is the paper's ReLU)":
-                    reference.linear2(nn.functional.gelu(h)),
-                "the FFN output *plus* the input: the residual is added by the block, not the FFN":
-                    expected + x,
-                "ReLU applied to the input x instead of to the hidden layer x W1 + b1":
-                    reference.linear2(reference.linear1(torch.relu(x))),
-            }
-        with off_limits(FFN_OFF_LIMITS, "feed-forward network", learner_namespaces(learner_cls)):
-            module = _build(learner_cls, d_model, d_ff)
-            if module.linear1.out_features != reference.d_ff:
-                raise CheckFailed(f"linear1 should map d_model={d_model} to d_ff={reference.d_ff}, "
-                                  f"got {module.linear1.out_features} (d_ff defaults to 4 * d_model)")
-            load_state(module, reference.state_dict(), f"{learner_cls.__name__}({d_model}, {d_ff})",
-                       "linear1 = nn.Linear(d_model, d_ff), linear2 = nn.Linear(d_ff, d_model)",
-                       strict=False)  # extra buffers of yours may stay
-            x_before = x.clone()
-            with torch.no_grad():
-                actual = call_learner("forward(x)", module, x)
-        expect_unchanged([x_before], [x], "forward(x)")
-        compare(actual, expected, f"FFN output for x of shape {tuple(x.shape)}", mistakes)
-    # Right on the CPU; now a fresh one must also follow the input to another device and dtype.
-    with off_limits(FFN_OFF_LIMITS, "feed-forward network", learner_namespaces(learner_cls)):
-        fresh = _build(learner_cls, 8, 32)
-        # expect_portable runs the learner's code quietly (stderr would cost the test cell its points)
-        expect_portable(f"{learner_cls.__name__}(8, 32)", fresh, [torch.randn(2, 5, 8)])
-    passed(f"FeedForward matches the reference on {len(cases)} shapes" + hidden_note(hidden))
+        sizes += [(3, 7, 12, 20), (2, 3, 6, None), (None, 5, 8, 24)]
+    cases = [_feed_forward_case(seed, *size) for seed, size in enumerate(sizes)]
+    run(FEED_FORWARD, learner_cls, cases, hidden,
+        then=functools.partial(_expect_fresh_portable, learner_cls, torch.randn(2, 5, 8)))
 
 
 # ----------------------------------------------------------------------------------------------
 # Exercise 2: the paper's weights into nn.Linear
 # ----------------------------------------------------------------------------------------------
 
+# With autograd on, as in the notebook: a copy into a parameter outside torch.no_grad() must fail.
+LOAD_PAPER_WEIGHTS = Exercise("paper weights into nn.Linear", (),
+                              "load_paper_weights fills linear1/linear2 correctly on {n} shapes", no_grad=False)
+
 
 def _shares_memory(a: Tensor, b: Tensor) -> bool:
     return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+
+
+def _load_with_a_no_grad_hint(what: str, args: tuple, load_fn: Callable) -> Any:
+    """The learner's load_paper_weights; autograd's refusal to change a parameter in place says where to copy."""
+    try:
+        return call_learner(what, load_fn, *args)
+    except CheckFailed as error:
+        if "leaf Variable" in str(error):  # autograd refused an in-place change of a parameter
+            raise CheckFailed(f"{error} — do the copies inside `with torch.no_grad():`") from None
+        raise
+
+
+def _loaded_parameters(W1: Tensor, b1: Tensor, W2: Tensor, b2: Tensor) -> dict[str, tuple[Tensor, dict[str, Tensor]]]:
+    """Each parameter of ffn -> (what it must hold, the usual mistakes). Only a square shape lets a
+    missing transpose or a swap load at all."""
+    square = W1.shape[0] == W1.shape[1]
+    expected = {
+        "linear1.weight": (W1.t(), {
+            "W1 itself: nn.Linear stores its weight as (out_features, in_features), i.e. W1ᵀ": W1,
+            "W2ᵀ: W1 and W2 are swapped": W2.t(),
+        } if square else {}),
+        "linear1.bias": (b1, {"b2: b1 and b2 are swapped": b2} if square else {}),
+        "linear2.weight": (W2.t(), {
+            "W2 itself: nn.Linear stores its weight as (out_features, in_features), i.e. W2ᵀ": W2,
+            "W1ᵀ: W1 and W2 are swapped": W1.t(),
+        } if square else {}),
+        "linear2.bias": (b2, {"b1: b1 and b2 are swapped": b1} if square else {}),
+    }
+    return {name: (want.contiguous(), {k: v.contiguous() for k, v in mistakes.items()})
+            for name, (want, mistakes) in expected.items()}
+
+
+def _expect_loaded(result: object, *, ffn: nn.Module, expected: dict[str, tuple[Tensor, dict[str, Tensor]]],
+                   given: dict[str, Tensor]) -> None:
+    """ffn's parameters hold the paper's weights, are still trainable, and share no memory with them."""
+    d_model, d_ff = given["W1"].shape
+    for name, (want, mistakes) in expected.items():
+        layer, _, attribute = name.partition(".")
+        actual = getattr(getattr(ffn, layer), attribute)  # read now: the learner may have replaced it
+        where = f"ffn.{name} (d_model={d_model}, d_ff={d_ff})"
+        if not isinstance(actual, nn.Parameter):
+            raise CheckFailed(f"{where} is no longer an nn.Parameter, so it would not be trained; "
+                              "copy values into the existing parameter instead")
+        compare(actual, want, where, mistakes)
+        if not actual.requires_grad:
+            raise CheckFailed(f"{where} no longer requires grad, so it would not be trained")
+        for given_name, tensor in given.items():
+            if _shares_memory(actual, tensor):
+                raise CheckFailed(f"{where} shares memory with {given_name}: training the module would "
+                                  f"overwrite the tensor you were given; copy the values (e.g. with "
+                                  f".copy_ inside torch.no_grad())")
 
 
 @isolated
@@ -123,58 +194,32 @@ def check_load_paper_weights(load_fn, hidden: bool = False) -> None:
     """load_paper_weights(ffn, W1, b1, W2, b2) sets ffn.linear1/linear2 so that ffn computes
     max(0, x W1 + b1) W2 + b2 with W1 of shape (d_model, d_ff) and W2 of shape (d_ff, d_model)."""
     # A square shape first: there a missing transpose or a swap shows in the values, not as a crash.
-    cases = [(4, 4), (2, 3)]
+    sizes = [(4, 4), (2, 3)]
     if hidden:
-        cases += [(5, 20), (1, 1), (6, 6)]
-    for seed, (d_model, d_ff) in enumerate(cases):
+        sizes += [(5, 20), (1, 1), (6, 6)]
+    cases = []
+    for seed, (d_model, d_ff) in enumerate(sizes):
         g = seeded(100 + seed)
         W1, b1 = torch.randn(d_model, d_ff, generator=g), torch.randn(d_ff, generator=g)
         W2, b2 = torch.randn(d_ff, d_model, generator=g), torch.randn(d_model, generator=g)
-        given = [W1, b1, W2, b2]
-        before = [t.clone() for t in given]
         torch.manual_seed(seed)
         ffn = _TwoLinear(d_model, d_ff)
-        try:
-            call_learner(f"load_paper_weights(ffn, W1, b1, W2, b2) with d_model={d_model}, d_ff={d_ff}",
-                         load_fn, ffn, W1, b1, W2, b2)
-        except CheckFailed as error:
-            if "leaf Variable" in str(error):  # autograd refused an in-place change of a parameter
-                raise CheckFailed(f"{error} — do the copies inside `with torch.no_grad():`") from None
-            raise
-        expect_unchanged(before, given, "load_paper_weights")
-        square = d_model == d_ff
-        expected = {
-            "linear1.weight": (ffn.linear1.weight, W1.t(), {
-                "W1 itself: nn.Linear stores its weight as (out_features, in_features), i.e. W1ᵀ": W1,
-                "W2ᵀ: W1 and W2 are swapped": W2.t(),
-            } if square else {}),
-            "linear1.bias": (ffn.linear1.bias, b1, {"b2: b1 and b2 are swapped": b2} if square else {}),
-            "linear2.weight": (ffn.linear2.weight, W2.t(), {
-                "W2 itself: nn.Linear stores its weight as (out_features, in_features), i.e. W2ᵀ": W2,
-                "W1ᵀ: W1 and W2 are swapped": W1.t(),
-            } if square else {}),
-            "linear2.bias": (ffn.linear2.bias, b2, {"b1: b1 and b2 are swapped": b1} if square else {}),
-        }
-        for name, (actual, want, mistakes) in expected.items():
-            where = f"ffn.{name} (d_model={d_model}, d_ff={d_ff})"
-            if not isinstance(actual, nn.Parameter):
-                raise CheckFailed(f"{where} is no longer an nn.Parameter, so it would not be trained; "
-                                  "copy values into the existing parameter instead")
-            compare(actual, want.contiguous(), where, {k: v.contiguous() for k, v in mistakes.items()})
-            if not actual.requires_grad:
-                raise CheckFailed(f"{where} no longer requires grad, so it would not be trained")
-            for given_name, tensor in zip(("W1", "b1", "W2", "b2"), given):
-                if _shares_memory(actual, tensor):
-                    raise CheckFailed(f"{where} shares memory with {given_name}: training the module would "
-                                      f"overwrite the tensor you were given; copy the values (e.g. with "
-                                      f".copy_ inside torch.no_grad())")
-    passed(f"load_paper_weights fills linear1/linear2 correctly on {len(cases)} shapes"
-           + hidden_note(hidden))
+        what = f"load_paper_weights(ffn, W1, b1, W2, b2) with d_model={d_model}, d_ff={d_ff}"
+        cases.append(Case(what, call=functools.partial(_load_with_a_no_grad_hint, what, (ffn, W1, b1, W2, b2)),
+                          unchanged=(W1, b1, W2, b2), unchanged_what="load_paper_weights",
+                          inspect=functools.partial(_expect_loaded, ffn=ffn,
+                                                    expected=_loaded_parameters(W1, b1, W2, b2),
+                                                    given={"W1": W1, "b1": b1, "W2": W2, "b2": b2})))
+    run(LOAD_PAPER_WEIGHTS, load_fn, cases, hidden)
 
 
 # ----------------------------------------------------------------------------------------------
 # Exercise 3: every intermediate, the worked example first
 # ----------------------------------------------------------------------------------------------
+
+TRACE_FFN = Exercise("trace of the FFN", (), "trace_ffn gives every intermediate right on {n} inputs, the worked "
+                     "example (1, -2) -> (1, -2, 3) -> (1, 0, 3) -> (4, 1) -> (5, -1) first")
+
 
 
 def _compare_named(result: object, keys: tuple[str, ...], expected: dict[str, Tensor],
@@ -216,38 +261,40 @@ def _trace_cases(hidden: bool) -> list[tuple[str, nn.Module, Tensor]]:
     return cases
 
 
+def _trace_case(label: str, ffn: nn.Module, x: Tensor) -> Case:
+    """trace_ffn(ffn, x): every intermediate, each with the usual mistakes for it."""
+    with torch.no_grad():
+        h = ffn.linear1(x)
+        a = torch.relu(h)
+        out = ffn.linear2(a)
+        no_relu = ffn.linear2(h)
+    expected = {"hidden": h, "activated": a, "output": out, "residual": x + out}
+    mistakes = {
+        "hidden": {"ReLU(x W1 + b1): `hidden` is the value *before* the ReLU": a},
+        "activated": {"`hidden`: the ReLU was not applied": h},
+        "output": {"x + FFN(x): the residual belongs in `residual` only": x + out,
+                   "the FFN without ReLU: compute `output` from `activated`, not `hidden`": no_relu},
+        "residual": {"FFN(x) alone: the `+ x` of the residual connection is missing": out,
+                     "x + (FFN without ReLU)": x + no_relu},
+    }
+    return Case(f"trace_ffn(ffn, x) for {label}", (ffn, x), unchanged_what="trace_ffn",
+                inspect=functools.partial(_compare_named, keys=TRACE_KEYS, expected=expected, mistakes=mistakes,
+                                          fn_name="trace_ffn", label=label, compare_one=compare))
+
+
 @isolated
 def check_trace_ffn(trace_fn, hidden: bool = False) -> None:
     """trace_ffn(ffn, x) -> {"hidden": x W1 + b1, "activated": ReLU(hidden), "output": FFN(x),
     "residual": x + FFN(x)} for any ffn with linear1 and linear2 and any x of shape (..., d_model)."""
-    cases = _trace_cases(hidden)
-    for label, ffn, x in cases:
-        with torch.no_grad():
-            h = ffn.linear1(x)
-            a = torch.relu(h)
-            out = ffn.linear2(a)
-            no_relu = ffn.linear2(h)
-        expected = {"hidden": h, "activated": a, "output": out, "residual": x + out}
-        mistakes = {
-            "hidden": {"ReLU(x W1 + b1): `hidden` is the value *before* the ReLU": a},
-            "activated": {"`hidden`: the ReLU was not applied": h},
-            "output": {"x + FFN(x): the residual belongs in `residual` only": x + out,
-                       "the FFN without ReLU: compute `output` from `activated`, not `hidden`": no_relu},
-            "residual": {"FFN(x) alone: the `+ x` of the residual connection is missing": out,
-                         "x + (FFN without ReLU)": x + no_relu},
-        }
-        x_before = x.clone()
-        with torch.no_grad():
-            result = call_learner(f"trace_ffn(ffn, x) for {label}", trace_fn, ffn, x)
-        expect_unchanged([x_before], [x], "trace_ffn")
-        _compare_named(result, TRACE_KEYS, expected, mistakes, "trace_ffn", label, compare)
-    passed(f"trace_ffn gives every intermediate right on {len(cases)} inputs, the worked example "
-           f"(1, -2) -> (1, -2, 3) -> (1, 0, 3) -> (4, 1) -> (5, -1) first" + hidden_note(hidden))
+    run(TRACE_FFN, trace_fn, [_trace_case(*case) for case in _trace_cases(hidden)], hidden)
 
 
 # ----------------------------------------------------------------------------------------------
 # Exercise 4: position-wise independence
 # ----------------------------------------------------------------------------------------------
+
+POSITIONS_AFFECTED = Exercise("positions affected", (), "positions_affected finds exactly the outputs that move, on "
+                              "{n} layers and positions")
 
 
 class _CausalMean(nn.Module):
@@ -278,71 +325,88 @@ def _affected(kind: str, length: int, t: int) -> Tensor:
             "shift": positions == t + 1}[kind]
 
 
+LAYER_NAMES = {"ffn": "a position-wise FFN", "causal": "a causal running mean", "global": "a mean over all positions",
+               "shift": "a shift by one position"}
+
+
+def _positions_case(seed: int, kind: str, batch: int, length: int, d_model: int, t: int) -> Case:
+    """positions_affected on a layer of the given kind, whose answer is known by construction."""
+    torch.manual_seed(300 + seed)
+    layer = {"ffn": lambda: _TwoLinear(d_model, 4 * d_model), "causal": _CausalMean, "global": _GlobalMean,
+             "shift": _ShiftRight}[kind]().eval()
+    x = torch.randn(batch, length, d_model)
+    expected = _affected(kind, length, t)
+    mistakes = {"the opposite: True where the output did *not* change": ~expected}
+    if kind == "ffn" and length > 1:
+        mistakes["True everywhere: did you change feature t of every position (x[..., t]) "
+                 "instead of position t (x[:, t])?"] = torch.ones(length, dtype=torch.bool)
+    label = f"{LAYER_NAMES[kind]}, x of shape {tuple(x.shape)}, t={t}"
+    return Case(f"positions_affected(layer, x, t) for {label}", (layer, x, t), expected=expected, mistakes=mistakes,
+                label=f"positions_affected for {label}", unchanged_what="positions_affected")
+
+
 @isolated
 def check_positions_affected(learner_fn, hidden: bool = False) -> None:
     """positions_affected(layer, x, t) -> bool tensor (T,): True where layer's output changes when
     the input at position t changes. x: (B, T, d_model)."""
-    cases = [("ffn", 2, 5, 8, 2), ("causal", 2, 6, 4, 1), ("global", 1, 4, 4, 3)]
+    sizes = [("ffn", 2, 5, 8, 2), ("causal", 2, 6, 4, 1), ("global", 1, 4, 4, 3)]
     if hidden:
-        cases += [("ffn", 1, 1, 4, 0), ("ffn", 3, 7, 6, 6), ("shift", 2, 5, 3, 1), ("shift", 2, 5, 3, 4),
+        sizes += [("ffn", 1, 1, 4, 0), ("ffn", 3, 7, 6, 6), ("shift", 2, 5, 3, 1), ("shift", 2, 5, 3, 4),
                   ("causal", 1, 8, 2, 0)]
-    names = {"ffn": "a position-wise FFN", "causal": "a causal running mean", "global": "a mean over all positions",
-             "shift": "a shift by one position"}
-    for seed, (kind, batch, length, d_model, t) in enumerate(cases):
-        torch.manual_seed(300 + seed)
-        layer = {"ffn": lambda: _TwoLinear(d_model, 4 * d_model), "causal": _CausalMean, "global": _GlobalMean,
-                 "shift": _ShiftRight}[kind]().eval()
-        x = torch.randn(batch, length, d_model)
-        expected = _affected(kind, length, t)
-        mistakes = {"the opposite: True where the output did *not* change": ~expected}
-        if kind == "ffn" and length > 1:
-            mistakes["True everywhere: did you change feature t of every position (x[..., t]) "
-                     "instead of position t (x[:, t])?"] = torch.ones(length, dtype=torch.bool)
-        label = f"{names[kind]}, x of shape {tuple(x.shape)}, t={t}"
-        x_before = x.clone()
-        with torch.no_grad():
-            actual = call_learner(f"positions_affected(layer, x, t) for {label}", learner_fn, layer, x, t)
-        expect_unchanged([x_before], [x], "positions_affected")
-        compare(actual, expected, f"positions_affected for {label}", mistakes)
-    passed(f"positions_affected finds exactly the outputs that move, on {len(cases)} layers and positions"
-           + hidden_note(hidden))
+    run(POSITIONS_AFFECTED, learner_fn, [_positions_case(seed, *size) for seed, size in enumerate(sizes)], hidden)
 
 
 # ----------------------------------------------------------------------------------------------
 # Exercise 5: without the ReLU, two linear layers are one
 # ----------------------------------------------------------------------------------------------
 
+COLLAPSE_LINEAR = Exercise("collapse of two linear layers", (),
+                           "collapse_linear turns two linear layers into one on {n} shapes", no_grad=False)
+
+
+def _collapse_case(seed: int, d_in: int, d_mid: int, d_out: int) -> Case:
+    """collapse_linear on Linear(d_in, d_mid) then Linear(d_mid, d_out): the weight and the bias, each with its
+    usual mistakes."""
+    torch.manual_seed(400 + seed)
+    linear1, linear2 = nn.Linear(d_in, d_mid), nn.Linear(d_mid, d_out)
+    with torch.no_grad():
+        W1, b1, W2, b2 = (p.detach().clone() for p in (linear1.weight, linear1.bias, linear2.weight, linear2.bias))
+        weight, bias = W2 @ W1, W2 @ b1 + b2  # (d_out, d_in), (d_out,)
+    weight_mistakes = {"W1 @ W2: the order is reversed (linear1 acts first, so its matrix stands on the right)":
+                       W1 @ W2} if d_in == d_mid == d_out else {}
+    bias_mistakes = {"b2 alone: b1 also passes through linear2, so the bias is W2 b1 + b2": b2,
+                     "W2 b1 alone: linear2's own bias b2 is missing": W2 @ b1}
+    if d_mid == d_out:
+        bias_mistakes["b1 + b2: b1 must go through W2 first (W2 b1 + b2)"] = b1 + b2
+    label = f"Linear({d_in}, {d_mid}) then Linear({d_mid}, {d_out})"
+    return Case(f"collapse_linear(linear1, linear2) for {label}", (linear1, linear2),
+                inspect=functools.partial(_expect_collapsed, linears=(linear1, linear2), before=[W1, b1, W2, b2],
+                                          weight=weight, weight_mistakes=weight_mistakes, bias=bias,
+                                          bias_mistakes=bias_mistakes, label=label))
+
+
+def _expect_collapsed(result: object, *, linears: tuple[nn.Linear, nn.Linear], before: list[Tensor], weight: Tensor,
+                      weight_mistakes: dict[str, Tensor], bias: Tensor, bias_mistakes: dict[str, Tensor],
+                      label: str) -> None:
+    """The layers left as they were (their parameters read now: the learner may have replaced one), then
+    the pair (weight, bias)."""
+    linear1, linear2 = linears
+    expect_unchanged(before, [linear1.weight.detach(), linear1.bias.detach(), linear2.weight.detach(),
+                              linear2.bias.detach()], "collapse_linear")
+    if not (isinstance(result, tuple) and len(result) == 2):
+        raise CheckFailed(f"collapse_linear must return a tuple (weight, bias), got {type(result).__name__}")
+    compare(result[0], weight, f"weight for {label}", weight_mistakes)
+    compare(result[1], bias, f"bias for {label}", bias_mistakes)
+
 
 @isolated
 def check_collapse_linear(learner_fn, hidden: bool = False) -> None:
     """collapse_linear(linear1, linear2) -> (weight, bias) of the one nn.Linear-style map
     x -> x @ weight.T + bias that equals linear2(linear1(x))."""
-    cases = [(4, 4, 4), (3, 8, 2)]  # square first: there a wrong order gives a wrong value, not a crash
+    sizes = [(4, 4, 4), (3, 8, 2)]  # square first: there a wrong order gives a wrong value, not a crash
     if hidden:
-        cases += [(5, 20, 5), (1, 1, 1), (6, 2, 3)]
-    for seed, (d_in, d_mid, d_out) in enumerate(cases):
-        torch.manual_seed(400 + seed)
-        linear1, linear2 = nn.Linear(d_in, d_mid), nn.Linear(d_mid, d_out)
-        with torch.no_grad():
-            W1, b1, W2, b2 = (p.detach().clone() for p in (linear1.weight, linear1.bias, linear2.weight, linear2.bias))
-            weight, bias = W2 @ W1, W2 @ b1 + b2  # (d_out, d_in), (d_out,)
-        weight_mistakes = {"W1 @ W2: the order is reversed (linear1 acts first, so its matrix stands on the right)":
-                           W1 @ W2} if d_in == d_mid == d_out else {}
-        bias_mistakes = {"b2 alone: b1 also passes through linear2, so the bias is W2 b1 + b2": b2,
-                         "W2 b1 alone: linear2's own bias b2 is missing": W2 @ b1}
-        if d_mid == d_out:
-            bias_mistakes["b1 + b2: b1 must go through W2 first (W2 b1 + b2)"] = b1 + b2
-        label = f"Linear({d_in}, {d_mid}) then Linear({d_mid}, {d_out})"
-        before = [W1, b1, W2, b2]
-        result = call_learner(f"collapse_linear(linear1, linear2) for {label}", learner_fn, linear1, linear2)
-        expect_unchanged(before, [linear1.weight.detach(), linear1.bias.detach(), linear2.weight.detach(),
-                                  linear2.bias.detach()], "collapse_linear")
-        if not (isinstance(result, tuple) and len(result) == 2):
-            raise CheckFailed(f"collapse_linear must return a tuple (weight, bias), got {type(result).__name__}")
-        compare(result[0], weight, f"weight for {label}", weight_mistakes)
-        compare(result[1], bias, f"bias for {label}", bias_mistakes)
-    passed(f"collapse_linear turns two linear layers into one on {len(cases)} shapes"
-           + hidden_note(hidden))
+        sizes += [(5, 20, 5), (1, 1, 1), (6, 2, 3)]
+    run(COLLAPSE_LINEAR, learner_fn, [_collapse_case(seed, *size) for seed, size in enumerate(sizes)], hidden)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -360,6 +424,10 @@ BACKWARD_OFF_LIMITS = [
     "torch.func.vjp",
     "torch.func.jacrev",
 ]
+# With autograd on, as in the notebook (the answer is checked against autograd all the same).
+FFN_BACKWARD = Exercise("the FFN's backward pass by hand", BACKWARD_OFF_LIMITS,
+                        "ffn_backward agrees with autograd on {n} inputs, the ReLU's mask, the transposes and the "
+                        "sums over positions included", no_grad=False)
 BACKWARD_KEYS = ("dx", "dW1", "db1", "dW2", "db2")
 BACKWARD_ATOL, BACKWARD_RTOL = 1e-4, 1e-4
 
@@ -467,19 +535,13 @@ def _compare_gradient(actual: object, expected: Tensor, what: str, mistakes: dic
 def check_ffn_backward(learner_fn, hidden: bool = False) -> None:
     """ffn_backward(x, W1, b1, W2, b2, grad_y) -> {"dx", "dW1", "db1", "dW2", "db2"}: the gradients of
     L through y = max(0, x W1 + b1) W2 + b2 (paper convention), given grad_y = dL/dy; x: (B, T, d_model)."""
-    cases = _backward_cases(hidden)
-    for label, t in cases:
-        expected = _autograd_reference(t)
-        mistakes = _backward_mistakes(t)
-        given = [t[k] for k in ("x", "W1", "b1", "W2", "b2", "grad_y")]
-        before = [v.clone() for v in given]
-        what = f"ffn_backward for {label}"
-        with off_limits(BACKWARD_OFF_LIMITS, "the FFN's backward pass by hand", learner_namespaces(learner_fn)):
-            result = call_learner(what, learner_fn, *given)
-        expect_unchanged(before, given, "ffn_backward")
-        _compare_named(result, BACKWARD_KEYS, expected, mistakes, "ffn_backward", label, _compare_gradient)
-    passed(f"ffn_backward agrees with autograd on {len(cases)} inputs, the ReLU's mask, the transposes and the "
-           "sums over positions included" + hidden_note(hidden))
+    cases = [Case(f"ffn_backward for {label}", tuple(t[k] for k in ("x", "W1", "b1", "W2", "b2", "grad_y")),
+                  unchanged_what="ffn_backward",
+                  inspect=functools.partial(_compare_named, keys=BACKWARD_KEYS, expected=_autograd_reference(t),
+                                            mistakes=_backward_mistakes(t), fn_name="ffn_backward", label=label,
+                                            compare_one=_compare_gradient))
+             for label, t in _backward_cases(hidden)]
+    run(FFN_BACKWARD, learner_fn, cases, hidden)
 
 
 __all__ = [

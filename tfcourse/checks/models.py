@@ -8,6 +8,8 @@ key/value cache.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -23,11 +25,11 @@ from ..decoding import sample_next_token as reference_sample_next_token
 from ..models import GPT, GPTConfig, Transformer, TransformerConfig, count_parameters
 from ..output import cross_entropy as reference_cross_entropy
 from ..output import log_softmax as reference_log_softmax
-from .core import (isolated, composite, CheckFailed, OffLimitsError, call_learner, compare, expect_unchanged, hidden_note,
-                   learner_namespaces, load_state, off_limits, passed)
+from .core import (Case, CheckFailed, Exercise, OffLimitsError, build_module, call_learner, compare, composite,
+                   isolated, load_state, run, run_case)
 
 # ----------------------------------------------------------------------------------------------
-# What each exercise may not call
+# What each exercise is, and what it may not call
 # ----------------------------------------------------------------------------------------------
 
 LOG_SOFTMAX_OFF_LIMITS = [
@@ -47,7 +49,12 @@ LOG_SOFTMAX_OFF_LIMITS = [
     "torch.nn.CrossEntropyLoss",
     "torch.nn.NLLLoss",
 ]
+LOG_SOFTMAX = Exercise("log_softmax", LOG_SOFTMAX_OFF_LIMITS, "log_softmax matches the reference on {n} inputs, "
+                       "+100 and ×1000 included, with no overflow")
 CROSS_ENTROPY_OFF_LIMITS = LOG_SOFTMAX_OFF_LIMITS
+CROSS_ENTROPY = Exercise("cross_entropy", CROSS_ENTROPY_OFF_LIMITS,
+                         "cross_entropy matches the reference on {n} inputs (finite for +100 and ×1000) "
+                         "and its gradient is (softmax − one_hot) / N", no_grad=False)
 GPT_OFF_LIMITS = [
     "tfcourse.models.GPT",
     "tfcourse.models.Transformer",
@@ -57,33 +64,50 @@ GPT_OFF_LIMITS = [
     "torch.nn.TransformerEncoderLayer",
     "torch.nn.TransformerDecoderLayer",
 ]
+# {name}: the learner's class, filled in by check_gpt (see _named).
+GPT_EXERCISE = Exercise("assembling a GPT", GPT_OFF_LIMITS, "{name} equals tfcourse.models.GPT (same state_dict "
+                        "keys, same logits, causal) on {n} configurations")
 PARAMETER_COUNT_OFF_LIMITS = [
     "tfcourse.models.count_parameters",
     "tfcourse.models.Transformer",
     "torch.nn.Transformer",
 ]
+PARAMETER_COUNT = Exercise("counting parameters", PARAMETER_COUNT_OFF_LIMITS,
+                           "transformer_parameter_count matches count_parameters(Transformer(config)) on {n} "
+                           "configurations, the base model's 63,082,496 included")
 SHIFT_RIGHT_OFF_LIMITS: list[str] = []  # there is no library function to borrow
+SHIFT_RIGHT = Exercise("shift_right", SHIFT_RIGHT_OFF_LIMITS,
+                       "shift_right puts <bos> first and drops the last token on {n} targets")
 FILTER_OFF_LIMITS = [
     "tfcourse.decoding.filter_logits",
     "tfcourse.decoding.sample_next_token",
 ]
+FILTER = Exercise("filter_logits", FILTER_OFF_LIMITS,
+                  "filter_logits keeps exactly the top-k / top-p tokens on {n} cases")
 SAMPLE_OFF_LIMITS = [
     "tfcourse.decoding.sample_next_token",
     "tfcourse.decoding.filter_logits",
     "tfcourse.decoding.generate",
     "tfcourse.decoding.translate",
 ]
+SAMPLE = Exercise("sampling", SAMPLE_OFF_LIMITS, "sample_next_token: greedy at T = 0 and the reference's draws for "
+                  "temperature, top-k and top-p on {n} cases")
 BEAM_OFF_LIMITS = [
     "tfcourse.decoding.beam_search",
     "tfcourse.decoding.beam_search_gpt",
     "tfcourse.decoding.translate_beam",
 ]
+BEAM = Exercise("beam search", BEAM_OFF_LIMITS, "beam_search equals the reference on {n} searches: beam 1 = greedy, "
+                "wider beams at least as likely as greedy, length penalty, <eos>")
 CACHED_GENERATION_OFF_LIMITS = [
     "tfcourse.decoding.generate",
     "tfcourse.decoding.sample_next_token",
     "tfcourse.decoding.translate",
     "tfcourse.decoding.beam_search_gpt",
 ]
+CACHED_GENERATION = Exercise("generation with a KV cache", CACHED_GENERATION_OFF_LIMITS,
+                             "greedy_generate_cached equals generation without a cache on {n} prompts, "
+                             "feeding one token per step")
 
 
 def _same_including_inf(actual: Tensor, wrong: Tensor, atol: float, rtol: float) -> bool:
@@ -105,6 +129,16 @@ def _name_overflow(actual: Any, expected: Tensor, what: str, mistakes: Mapping[s
             raise CheckFailed(f"{what}: your output equals {description}")
     raise CheckFailed(f"{what}: your output contains NaN or inf where the reference is finite — "
                       "subtract the maximum before exp() so that the largest exponent is exp(0) = 1")
+
+
+def _stable_case(function: str, what: str, label: str, args: tuple, expected: Tensor,
+                 mistakes: Mapping[str, Tensor]) -> Case:
+    """A case of log_softmax or cross_entropy: NaN or inf in the output is named by the unstable formula
+    that gives it. (atol 1e-4: the logits × 1000 give values in the thousands.)"""
+    tolerance = {"atol": 1e-4, "rtol": 1e-5}
+    return Case(what, args, expected=expected, mistakes=mistakes, label=label, unchanged_what=function,
+                inspect=functools.partial(_name_overflow, expected=expected, what=label, mistakes=mistakes,
+                                          **tolerance), **tolerance)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -143,34 +177,24 @@ def check_log_softmax(learner_fn: Callable, hidden: bool = False) -> None:
     """log_softmax(z, dim) = (z − m) − log Σ exp(z − m) with m the maximum along dim."""
     gen = torch.Generator().manual_seed(0)
     base = torch.randn(3, 7, generator=gen)
-    cases: list[tuple[str, Tensor, int]] = [
+    inputs: list[tuple[str, Tensor, int]] = [
         ("logits (3, 7)", base, -1),
         ("logits (2, 4, 9)", torch.randn(2, 4, 9, generator=gen), -1),
         ("logits + 100", base + 100, -1),
         ("logits × 1000", base * 1000, -1),
     ]
     if hidden:
-        cases += [
+        inputs += [
             ("logits (2, 6, 3) with dim=1", torch.randn(2, 6, 3, generator=gen) * 3, 1),
             ("one position, logits (1, 1, 5)", torch.randn(1, 1, 5, generator=gen), -1),
             ("logits − 1000 (every exp underflows)", torch.randn(4, 5, generator=gen) - 1000, -1),
             ("logits × 1000 + 100, float64", (torch.randn(2, 8, generator=gen) * 1000 + 100).double(), -1),
             ("a vocabulary of one, logits (3, 1)", torch.randn(3, 1, generator=gen), -1),
         ]
-    prepared = []
-    for name, z, dim in cases:
-        with torch.no_grad():
-            prepared.append((name, z, dim, reference_log_softmax(z, dim), _log_softmax_mistakes(z, dim)))
-    with off_limits(LOG_SOFTMAX_OFF_LIMITS, "log_softmax", learner_namespaces(learner_fn)):
-        for name, z, dim, expected, mistakes in prepared:
-            before = z.clone()
-            actual = call_learner(f"log_softmax({name}, dim={dim})", learner_fn, z, dim)
-            expect_unchanged([before], [z], "log_softmax")
-            what = f"log_softmax for {name}, dim={dim}"
-            _name_overflow(actual, expected, what, mistakes, atol=1e-4, rtol=1e-5)
-            compare(actual, expected, what, mistakes, atol=1e-4, rtol=1e-5)
-    passed(f"log_softmax matches the reference on {len(cases)} inputs, +100 and ×1000 included, "
-           f"with no overflow{hidden_note(hidden)}")
+    cases = [_stable_case("log_softmax", f"log_softmax({name}, dim={dim})", f"log_softmax for {name}, dim={dim}",
+                          (z, dim), reference_log_softmax(z, dim), _log_softmax_mistakes(z, dim))
+             for name, z, dim in inputs]
+    run(LOG_SOFTMAX, learner_fn, cases, hidden)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -196,14 +220,31 @@ def _cross_entropy_mistakes(logits: Tensor, targets: Tensor) -> dict[str, Tensor
             -torch.log(torch.softmax(flat_logits, -1)).gather(1, flat_targets).mean(),
     }
     if logits.dim() >= 3 and logits.shape[-2] > 1:
-        wrong_axis = reference_log_softmax(logits, -2).reshape(-1, vocab)  # normalised over positions
+        wrong_axis = reference_log_softmax(logits, -2).reshape(-1, vocab)  # (N, V), normalised over positions
         mistakes["cross-entropy with the log-softmax over the wrong axis (positions, not the vocabulary)"] = \
             -wrong_axis.gather(1, flat_targets).mean()
     if logits.shape[0] > 1:
-        wrong_axis = reference_log_softmax(logits, 0).reshape(-1, vocab)  # normalised over the batch
+        wrong_axis = reference_log_softmax(logits, 0).reshape(-1, vocab)  # (N, V), normalised over the batch
         mistakes["cross-entropy with the log-softmax over the wrong axis (the batch, not the vocabulary)"] = \
             -wrong_axis.gather(1, flat_targets).mean()
     return mistakes
+
+
+def _gradient_case(logits: Tensor, targets: Tensor) -> Case:
+    """The loss must carry a gradient, and that gradient of the mean loss is (softmax − one_hot) / N."""
+    expected = (torch.softmax(logits, -1) - nn.functional.one_hot(targets, logits.shape[-1])) / targets.numel()
+    what = "cross_entropy(logits, targets) with gradients"
+
+    def gradient(learner_fn: Callable) -> Any:
+        leaf = logits.clone().requires_grad_(True)
+        loss = call_learner(what, learner_fn, leaf, targets)
+        if not isinstance(loss, Tensor) or loss.grad_fn is None:
+            raise CheckFailed("cross_entropy: the loss has no gradient (grad_fn is None); keep every step a torch "
+                              "operation on the logits — no .item(), .detach() or NumPy")
+        call_learner("loss.backward()", loss.backward)
+        return leaf.grad
+
+    return Case(what, call=gradient, expected=expected, label="the gradient of your loss with respect to the logits")
 
 
 # Judged with the reference log_softmax in place of the learner's (exercise 1).
@@ -214,45 +255,25 @@ def check_cross_entropy(learner_fn: Callable, hidden: bool = False) -> None:
     gen = torch.Generator().manual_seed(1)
     base = torch.randn(5, 7, generator=gen)
     base_targets = torch.randint(0, 7, (5,), generator=gen)
-    cases: list[tuple[str, Tensor, Tensor]] = [
+    inputs: list[tuple[str, Tensor, Tensor]] = [
         ("logits (5, 7)", base, base_targets),
         ("logits (2, 6, 11)", torch.randn(2, 6, 11, generator=gen), torch.randint(0, 11, (2, 6), generator=gen)),
         ("logits + 100", base + 100, base_targets),
         ("logits × 1000", base * 1000, base_targets),
     ]
     if hidden:
-        cases += [
+        inputs += [
             ("one position, logits (1, 1, 9)", torch.randn(1, 1, 9, generator=gen), torch.tensor([[4]])),
             ("logits (3, 5, 4) × 50", torch.randn(3, 5, 4, generator=gen) * 50,
              torch.randint(0, 4, (3, 5), generator=gen)),
             ("a confident right answer", torch.tensor([[20.0, 0.0, 0.0]]), torch.tensor([0])),
         ]
-    prepared = []
-    for name, logits, targets in cases:
-        with torch.no_grad():
-            expected = reference_cross_entropy(logits, targets)
-            prepared.append((name, logits, targets, expected, _cross_entropy_mistakes(logits, targets)))
-    # Gradient of the mean loss: (softmax - one_hot) / N.
-    grad_logits, grad_targets = prepared[1][1], prepared[1][2]
-    vocab = grad_logits.shape[-1]
-    expected_grad = (torch.softmax(grad_logits, -1) - nn.functional.one_hot(grad_targets, vocab)) / grad_targets.numel()
-    with off_limits(CROSS_ENTROPY_OFF_LIMITS, "cross_entropy", learner_namespaces(learner_fn)):
-        for name, logits, targets, expected, mistakes in prepared:
-            before = [logits.clone(), targets.clone()]
-            actual = call_learner(f"cross_entropy({name}, targets)", learner_fn, logits, targets)
-            expect_unchanged(before, [logits, targets], "cross_entropy")
-            what = f"cross-entropy for {name}"
-            _name_overflow(actual, expected, what, mistakes, atol=1e-4, rtol=1e-5)
-            compare(actual, expected, what, mistakes, atol=1e-4, rtol=1e-5)
-        leaf = grad_logits.clone().requires_grad_(True)
-        loss = call_learner("cross_entropy(logits, targets) with gradients", learner_fn, leaf, grad_targets)
-        if not isinstance(loss, Tensor) or loss.grad_fn is None:
-            raise CheckFailed("cross_entropy: the loss has no gradient (grad_fn is None); keep every step a torch "
-                              "operation on the logits — no .item(), .detach() or NumPy")
-        call_learner("loss.backward()", loss.backward)
-    compare(leaf.grad, expected_grad, "the gradient of your loss with respect to the logits", atol=1e-5, rtol=1e-4)
-    passed(f"cross_entropy matches the reference on {len(cases)} inputs (finite for +100 and ×1000) "
-           f"and its gradient is (softmax − one_hot) / N{hidden_note(hidden)}")
+    cases = [_stable_case("cross_entropy", f"cross_entropy({name}, targets)", f"cross-entropy for {name}",
+                          (logits, targets), reference_cross_entropy(logits, targets),
+                          _cross_entropy_mistakes(logits, targets))
+             for name, logits, targets in inputs]
+    gradient = _gradient_case(*inputs[1][1:])  # the (2, 6, 11) logits: positions and a batch
+    run(CROSS_ENTROPY, learner_fn, cases, hidden, then=functools.partial(run_case, CROSS_ENTROPY, learner_fn, gradient))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -289,6 +310,60 @@ def _expect_same_keys(module: nn.Module, reference: nn.Module, cls_name: str) ->
                       "the parts `embed` (InputEmbedding), `blocks` (Encoder) and `output` (nn.Linear, no bias)")
 
 
+def _expect_gpt_structure(module: nn.Module, reference: GPT, n_params: int, cls_name: str) -> None:
+    """The reference's parameter names, its weight tying (or not), its number of parameters (n_params)."""
+    _expect_same_keys(module, reference, cls_name)
+    tie_weights = reference.config.tie_weights
+    tied = module.output.weight is module.embed.token.weight
+    if tie_weights and not tied:
+        raise CheckFailed("weight tying: with config.tie_weights, output.weight must be the *same* Parameter "
+                          "as embed.token.weight (assign it: self.output.weight = self.embed.token.weight)")
+    if tied and not tie_weights:
+        raise CheckFailed("config.tie_weights is False, but your output layer shares the embedding matrix")
+    if count_parameters(module) != n_params:
+        raise CheckFailed(f"{cls_name} has {count_parameters(module):,} trainable parameters, "
+                          f"tfcourse.models.GPT has {n_params:,} for the same config")
+
+
+def _gpt_case(cls_name: str, seed: int, config: GPTConfig, batch: int, length: int) -> Case:
+    """One configuration: the learner's GPT, given the reference's weights, gives the reference's logits,
+    and its logits before position `cut` do not change when the tokens from `cut` on do."""
+    torch.manual_seed(seed)
+    reference = GPT(config).eval()
+    ids = torch.randint(0, config.vocab_size, (batch, length))
+    changed = ids.clone()
+    cut = length // 2
+    changed[:, cut:] = (changed[:, cut:] + 5) % config.vocab_size  # change every token from `cut` on
+    with torch.no_grad():
+        expected, mistakes = reference(ids), _gpt_mistakes(reference, ids)
+    n_params = count_parameters(reference)
+
+    def build_and_run(learner_cls: type) -> tuple[Any, Any]:
+        module = build_module(f"{cls_name}(config)", learner_cls, config)
+        _expect_gpt_structure(module, reference, n_params, cls_name)
+        load_state(module, reference.state_dict(), cls_name)
+        module.eval()
+        logits = call_learner(f"forward(ids of shape {tuple(ids.shape)})", module, ids)
+        return logits, (call_learner("forward(ids)", module, changed) if cut > 0 else None)
+
+    def expect_causal_logits(outputs: tuple[Any, Any]) -> None:
+        # The logits first: a GPT without the mask is named by that mistake, not only as "not causal".
+        logits, logits_changed = outputs
+        compare(logits, expected, f"logits for ids of shape {tuple(ids.shape)}", mistakes, atol=1e-4, rtol=1e-4)
+        if logits_changed is not None and not torch.allclose(logits[:, :cut], logits_changed[:, :cut], atol=1e-5):
+            raise CheckFailed(f"changing tokens {cut}… changed the logits at earlier positions: "
+                              "a GPT must not look at future tokens (pass causal_mask(T) to the blocks)")
+
+    return Case(f"{cls_name}(config)", call=build_and_run, inspect=expect_causal_logits, unchanged=[ids],
+                unchanged_what="forward(ids)")
+
+
+def _named(exercise: Exercise, name: str) -> Exercise:
+    """The exercise with the learner's class name in its ✔ line (braces in it kept literal for `run`)."""
+    literal = name.replace("{", "{{").replace("}", "}}")
+    return dataclasses.replace(exercise, success=exercise.success.replace("{name}", literal))
+
+
 @isolated
 def check_gpt(learner_cls: type, hidden: bool = False) -> None:
     """A GPT built from InputEmbedding, Encoder (with a causal mask) and a Linear output layer gives the
@@ -304,48 +379,8 @@ def check_gpt(learner_cls: type, hidden: bool = False) -> None:
             (GPTConfig(vocab_size=31, max_len=20, d_model=24, n_heads=3, n_layers=3, d_ff=40, dropout=0.0), (2, 20)),
         ]
     name = getattr(learner_cls, "__name__", "your class")
-    prepared = []
-    for seed, (config, (batch, length)) in enumerate(configs):
-        torch.manual_seed(seed)
-        reference = GPT(config).eval()
-        ids = torch.randint(0, config.vocab_size, (batch, length))
-        changed = ids.clone()
-        cut = length // 2
-        changed[:, cut:] = (changed[:, cut:] + 5) % config.vocab_size  # change every token from `cut` on
-        with torch.no_grad():
-            prepared.append((config, reference, ids, changed, cut, reference(ids), _gpt_mistakes(reference, ids),
-                             count_parameters(reference)))
-    with off_limits(GPT_OFF_LIMITS, "assembling a GPT", learner_namespaces(learner_cls)):
-        results = []
-        for config, reference, ids, changed, cut, expected, mistakes, n_params in prepared:
-            module = call_learner(f"{name}(config)", learner_cls, config)
-            if not isinstance(module, nn.Module):
-                raise CheckFailed(f"{name} must be an nn.Module subclass")
-            _expect_same_keys(module, reference, name)
-            tied = module.output.weight is module.embed.token.weight
-            if config.tie_weights and not tied:
-                raise CheckFailed("weight tying: with config.tie_weights, output.weight must be the *same* Parameter "
-                                  "as embed.token.weight (assign it: self.output.weight = self.embed.token.weight)")
-            if tied and not config.tie_weights:
-                raise CheckFailed("config.tie_weights is False, but your output layer shares the embedding matrix")
-            if count_parameters(module) != n_params:
-                raise CheckFailed(f"{name} has {count_parameters(module):,} trainable parameters, "
-                                  f"tfcourse.models.GPT has {n_params:,} for the same config")
-            load_state(module, reference.state_dict(), name)
-            module.eval()
-            ids_before = ids.clone()
-            with torch.no_grad():
-                actual = call_learner(f"forward(ids of shape {tuple(ids.shape)})", module, ids)
-                actual_changed = call_learner("forward(ids)", module, changed) if cut > 0 else None
-            expect_unchanged([ids_before], [ids], "forward(ids)")
-            results.append((ids, cut, expected, mistakes, actual, actual_changed))
-    for ids, cut, expected, mistakes, actual, actual_changed in results:
-        compare(actual, expected, f"logits for ids of shape {tuple(ids.shape)}", mistakes, atol=1e-4, rtol=1e-4)
-        if actual_changed is not None and not torch.allclose(actual[:, :cut], actual_changed[:, :cut], atol=1e-5):
-            raise CheckFailed(f"changing tokens {cut}… changed the logits at earlier positions: "
-                              "a GPT must not look at future tokens (pass causal_mask(T) to the blocks)")
-    passed(f"{name} equals tfcourse.models.GPT (same state_dict keys, same logits, causal) "
-           f"on {len(configs)} configurations{hidden_note(hidden)}")
+    cases = [_gpt_case(name, seed, config, batch, length) for seed, (config, (batch, length)) in enumerate(configs)]
+    run(_named(GPT_EXERCISE, name), learner_cls, cases, hidden)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -385,6 +420,50 @@ def _true_count(config: TransformerConfig) -> int:
     return _TRUE_COUNTS[key]
 
 
+def _count_mistakes(config: TransformerConfig) -> dict[str, int]:
+    """The count each usual mistake gives."""
+    return {
+        "the count *without* the bias vectors (attention and FFN linears have biases)":
+            _formula(config, bias=False),
+        "the count *without* the LayerNorm gains and biases (2·d_model per LayerNorm)":
+            _formula(config, layer_norm=False),
+        "a decoder layer counted like an encoder layer: its cross-attention (and third LayerNorm) is missing":
+            _formula(config, cross=False),
+        "the shared embedding matrix counted once per use: shared or tied weights are one tensor, count it once":
+            _formula(config, share_once=False),
+        "an output layer with a bias: this one has none (bias=False)": _formula(config, output_bias=True),
+        "the sinusoidal encoding counted as max_len × d_model parameters: it is a fixed buffer, not trained":
+            _formula(config, pe=True),
+        "the count *without* pre-LN's final LayerNorms (one at the end of each stack)":
+            _formula(config, final_norms=False),
+        "one learned position table for both input layers: the source and the target each have their own":
+            _formula(config, position_tables=1),
+        "the count *without* the learned position tables (max_len × d_model each)":
+            _formula(config, position_tables=0),
+    }
+
+
+def _expect_count(answer: Any, what: str, true_count: int, mistakes: Mapping[str, int]) -> None:
+    """A Python int equal to the true count; else the mistake it equals, or how far off it is."""
+    if isinstance(answer, bool) or not isinstance(answer, int):
+        raise CheckFailed(f"{what}: return a Python int, got {type(answer).__name__}")
+    if answer == true_count:
+        return
+    for description, wrong in mistakes.items():
+        if answer == wrong and wrong != true_count:
+            raise CheckFailed(f"{what}: you got {answer:,}, which is {description}")
+    raise CheckFailed(f"{what}: expected {true_count:,}, got {answer:,} (off by {answer - true_count:+,})")
+
+
+def _count_case(config: TransformerConfig) -> Case:
+    what = (f"parameter count for d_model={config.d_model}, n_layers={config.n_layers}, "
+            f"vocab {config.src_vocab_size}/{config.tgt_vocab_size}, share_embeddings={config.share_embeddings}, "
+            f"tie_output={config.tie_output}, norm_first={config.norm_first}, positional={config.positional!r}")
+    return Case("transformer_parameter_count(config)", (config,),
+                inspect=functools.partial(_expect_count, what=what, true_count=_true_count(config),
+                                          mistakes=_count_mistakes(config)))
+
+
 @isolated
 def check_parameter_count(learner_fn: Callable, hidden: bool = False) -> None:
     """transformer_parameter_count(config) by formula equals count_parameters(Transformer(config))."""
@@ -407,45 +486,7 @@ def check_parameter_count(learner_fn: Callable, hidden: bool = False) -> None:
             TransformerConfig(src_vocab_size=500, tgt_vocab_size=500, d_model=64, n_heads=8, n_layers=6, d_ff=256,
                               share_embeddings=True, tie_output=True),
         ]
-    prepared = []
-    for config in configs:
-        true_count = _true_count(config)
-        mistakes = {
-            "the count *without* the bias vectors (attention and FFN linears have biases)":
-                _formula(config, bias=False),
-            "the count *without* the LayerNorm gains and biases (2·d_model per LayerNorm)":
-                _formula(config, layer_norm=False),
-            "a decoder layer counted like an encoder layer: its cross-attention (and third LayerNorm) is missing":
-                _formula(config, cross=False),
-            "the shared embedding matrix counted once per use: shared or tied weights are one tensor, count it once":
-                _formula(config, share_once=False),
-            "an output layer with a bias: this one has none (bias=False)": _formula(config, output_bias=True),
-            "the sinusoidal encoding counted as max_len × d_model parameters: it is a fixed buffer, not trained":
-                _formula(config, pe=True),
-            "the count *without* pre-LN's final LayerNorms (one at the end of each stack)":
-                _formula(config, final_norms=False),
-            "one learned position table for both input layers: the source and the target each have their own":
-                _formula(config, position_tables=1),
-            "the count *without* the learned position tables (max_len × d_model each)":
-                _formula(config, position_tables=0),
-        }
-        prepared.append((config, true_count, mistakes))
-    with off_limits(PARAMETER_COUNT_OFF_LIMITS, "counting parameters", learner_namespaces(learner_fn)):
-        answers = [call_learner("transformer_parameter_count(config)", learner_fn, config) for config, *_ in prepared]
-    for (config, true_count, mistakes), answer in zip(prepared, answers):
-        what = (f"parameter count for d_model={config.d_model}, n_layers={config.n_layers}, "
-                f"vocab {config.src_vocab_size}/{config.tgt_vocab_size}, share_embeddings={config.share_embeddings}, "
-                f"tie_output={config.tie_output}, norm_first={config.norm_first}, positional={config.positional!r}")
-        if isinstance(answer, bool) or not isinstance(answer, int):
-            raise CheckFailed(f"{what}: return a Python int, got {type(answer).__name__}")
-        if answer == true_count:
-            continue
-        for description, wrong in mistakes.items():
-            if answer == wrong and wrong != true_count:
-                raise CheckFailed(f"{what}: you got {answer:,}, which is {description}")
-        raise CheckFailed(f"{what}: expected {true_count:,}, got {answer:,} (off by {answer - true_count:+,})")
-    passed(f"transformer_parameter_count matches count_parameters(Transformer(config)) on {len(configs)} "
-           f"configurations, the base model's 63,082,496 included{hidden_note(hidden)}")
+    run(PARAMETER_COUNT, learner_fn, [_count_case(config) for config in configs], hidden)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -453,40 +494,41 @@ def check_parameter_count(learner_fn: Callable, hidden: bool = False) -> None:
 # ----------------------------------------------------------------------------------------------
 
 
+def _shift_right_case(tgt: Tensor, bos_id: int) -> Case:
+    batch, length = tgt.shape
+    bos = torch.full((batch, 1), bos_id, dtype=tgt.dtype)
+    mistakes = {
+        "the target shifted *left* (that is the label sequence, not the decoder input)":
+            torch.cat([tgt[:, 1:], bos], dim=1),
+        "<bos> written over the first token instead of shifting the tokens right":
+            torch.cat([bos, tgt[:, 1:]], dim=1),
+        "torch.roll: the last token wraps round to the front where <bos> belongs": torch.roll(tgt, 1, dims=1),
+    }
+    if batch > 1:
+        mistakes["the tokens shifted along the batch axis (dim 0) instead of time (dim 1)"] = \
+            torch.cat([torch.full((1, length), bos_id, dtype=tgt.dtype), tgt[:-1]], dim=0)
+    what = f"shift_right(tgt of shape {tuple(tgt.shape)}, bos_id={bos_id})"
+
+    def expect_length_kept(actual: Any) -> None:
+        if isinstance(actual, Tensor) and actual.shape == (batch, length + 1):
+            raise CheckFailed(f"{what}: your output has T + 1 = {length + 1} positions; the decoder input keeps "
+                              "the length T, so drop the last target token (it is never an input)")
+
+    return Case(what, (tgt, bos_id), expected=torch.cat([bos, tgt[:, :-1]], dim=1), mistakes=mistakes,
+                inspect=expect_length_kept, unchanged_what="shift_right", atol=0, rtol=0)
+
+
 @isolated
 def check_shift_right(learner_fn: Callable, hidden: bool = False) -> None:
     """shift_right(tgt (B, T), bos_id) = <bos> followed by tgt without its last token, shape (B, T)."""
     gen = torch.Generator().manual_seed(2)
-    cases = [(torch.randint(3, 20, (2, 6), generator=gen), 1), (torch.tensor([[7]]), 2)]
+    targets = [(torch.randint(3, 20, (2, 6), generator=gen), 1), (torch.tensor([[7]]), 2)]
     if hidden:
         padded = torch.randint(3, 20, (4, 9), generator=gen)
         padded[1:, 6:] = 0  # padding at the end of the shorter targets
-        cases += [(padded, 1), (torch.randint(3, 20, (3, 2), generator=gen), 5),
-                  (torch.randint(3, 20, (1, 12), generator=gen), 0)]
-    with off_limits(SHIFT_RIGHT_OFF_LIMITS, "shift_right", learner_namespaces(learner_fn)):
-        for tgt, bos_id in cases:
-            batch, length = tgt.shape
-            bos = torch.full((batch, 1), bos_id, dtype=tgt.dtype)
-            expected = torch.cat([bos, tgt[:, :-1]], dim=1)
-            mistakes = {
-                "the target shifted *left* (that is the label sequence, not the decoder input)":
-                    torch.cat([tgt[:, 1:], bos], dim=1),
-                "<bos> written over the first token instead of shifting the tokens right":
-                    torch.cat([bos, tgt[:, 1:]], dim=1),
-                "torch.roll: the last token wraps round to the front where <bos> belongs": torch.roll(tgt, 1, dims=1),
-            }
-            if batch > 1:
-                mistakes["the tokens shifted along the batch axis (dim 0) instead of time (dim 1)"] = \
-                    torch.cat([torch.full((1, length), bos_id, dtype=tgt.dtype), tgt[:-1]], dim=0)
-            before = tgt.clone()
-            what = f"shift_right(tgt of shape {tuple(tgt.shape)}, bos_id={bos_id})"
-            actual = call_learner(what, learner_fn, tgt, bos_id)
-            expect_unchanged([before], [tgt], "shift_right")
-            if isinstance(actual, Tensor) and actual.shape == (batch, length + 1):
-                raise CheckFailed(f"{what}: your output has T + 1 = {length + 1} positions; the decoder input keeps "
-                                  "the length T, so drop the last target token (it is never an input)")
-            compare(actual, expected, what, mistakes, atol=0, rtol=0)
-    passed(f"shift_right puts <bos> first and drops the last token on {len(cases)} targets{hidden_note(hidden)}")
+        targets += [(padded, 1), (torch.randint(3, 20, (3, 2), generator=gen), 5),
+                    (torch.randint(3, 20, (1, 12), generator=gen), 0)]
+    run(SHIFT_RIGHT, learner_fn, [_shift_right_case(tgt, bos_id) for tgt, bos_id in targets], hidden)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -544,35 +586,39 @@ def _explain_kept_tokens(failure: CheckFailed, actual: Any, expected: Tensor, wh
                       "ones become −inf") from None
 
 
+def _expect_filtered(actual: Any, expected: Tensor, what: str, mistakes: Mapping[str, Tensor]) -> None:
+    """compare, where a mismatch that no usual mistake explains says which tokens were kept."""
+    try:
+        compare(actual, expected, what, mistakes, atol=1e-6, rtol=1e-6)
+    except CheckFailed as failure:
+        _explain_kept_tokens(failure, actual, expected, what)
+
+
+def _filter_case(logits: Tensor, k: int | None, p: float | None) -> Case:
+    what = f"filter_logits(logits of shape {tuple(logits.shape)}, top_k={k}, top_p={p})"
+    # Judged by the inspector alone: its mismatch says which tokens were kept, not only "values differ".
+    return Case(what, (logits, k, p), unchanged_what="filter_logits",
+                inspect=functools.partial(_expect_filtered, expected=reference_filter_logits(logits, k, p), what=what,
+                                          mistakes=_filter_mistakes(logits, k, p)))
+
+
 @isolated
 def check_filter_logits(learner_fn: Callable, hidden: bool = False) -> None:
     """filter_logits(logits (B, V), top_k, top_p) sets every logit outside the top-k / top-p nucleus to −inf."""
     gen = torch.Generator().manual_seed(3)
     worked = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
     table = torch.randn(4, 8, generator=gen) * 2
-    cases: list[tuple[Tensor, int | None, float | None]] = [
+    settings: list[tuple[Tensor, int | None, float | None]] = [
         (table, 3, None), (table, None, 0.6), (table, 3, 0.7), (worked, 2, None), (worked, None, 0.75),
         (table, None, None),
     ]
     if hidden:
         wide = torch.randn(4, 50, generator=gen) * 3
-        cases += [
+        settings += [
             (table, 1, None), (table, 8, None), (table, 100, None), (table, None, 1.0), (table, None, 0.01),
             (wide, 10, 0.9), (wide, None, 0.95), (torch.randn(1, 2, generator=gen), None, 0.3),
         ]
-    prepared = [(logits, k, p, reference_filter_logits(logits, k, p), _filter_mistakes(logits, k, p))
-                for logits, k, p in cases]
-    with off_limits(FILTER_OFF_LIMITS, "filter_logits", learner_namespaces(learner_fn)):
-        for logits, k, p, expected, mistakes in prepared:
-            what = f"filter_logits(logits of shape {tuple(logits.shape)}, top_k={k}, top_p={p})"
-            before = logits.clone()
-            actual = call_learner(what, learner_fn, logits, k, p)
-            expect_unchanged([before], [logits], "filter_logits")
-            try:
-                compare(actual, expected, what, mistakes, atol=1e-6, rtol=1e-6)
-            except CheckFailed as failure:
-                _explain_kept_tokens(failure, actual, expected, what)
-    passed(f"filter_logits keeps exactly the top-k / top-p tokens on {len(cases)} cases{hidden_note(hidden)}")
+    run(FILTER, learner_fn, [_filter_case(logits, k, p) for logits, k, p in settings], hidden)
 
 
 _AGREE = 0.99  # same probabilities + same generator give the same draws, up to rounding at the edges
@@ -588,6 +634,82 @@ def _filtered_before_temperature(logits: Tensor, temperature: float, top_k: int 
     return torch.multinomial(probs, 1, generator=torch.Generator().manual_seed(seed)).squeeze(-1)
 
 
+def _expect_token_ids(actual: Any, what: str, batch: int) -> None:
+    if not isinstance(actual, Tensor):
+        raise CheckFailed(f"{what}: expected a torch.Tensor of token ids, got {type(actual).__name__}")
+    if actual.shape == (batch, 1):
+        raise CheckFailed(f"{what}: return shape (B,) = ({batch},), not (B, 1): squeeze the last axis")
+
+
+def _greedy_case(what: str, args: tuple) -> Case:
+    """Temperature 0: the argmax, token for token; a crash there is most likely a division by T = 0."""
+    logits = args[0]
+
+    def call_greedy(learner_fn: Callable) -> Any:
+        try:
+            return call_learner(what, learner_fn, *args)
+        except OffLimitsError:
+            raise
+        except CheckFailed as failure:
+            if "not implemented" not in str(failure):
+                raise CheckFailed(f"{failure} — temperature 0 means greedy: return logits.argmax(dim=-1) "
+                                  "before dividing by the temperature") from None
+            raise
+
+    return Case(what, args, expected=logits.argmax(dim=-1), call=call_greedy, unchanged_what="sample_next_token",
+                inspect=functools.partial(_expect_token_ids, what=what, batch=logits.shape[0]), atol=0, rtol=0)
+
+
+def _expect_draws(actual: Any, what: str, logits: Tensor, expected: Tensor, mistakes: Mapping[str, Tensor],
+                  allowed: Tensor) -> None:
+    """Nearly all draws equal the reference's with the same generator; else the mistake they equal, or
+    tokens that the filter removes, or the generator not passed on."""
+    batch, vocab = logits.shape
+    _expect_token_ids(actual, what, batch)
+    if actual.shape != expected.shape or actual.dtype.is_floating_point:
+        raise CheckFailed(f"{what}: expected integer token ids of shape ({batch},), "
+                          f"got {actual.dtype} of shape {tuple(actual.shape)}")
+    if ((actual < 0) | (actual >= vocab)).any():
+        raise CheckFailed(f"{what}: token ids must lie in [0, V) = [0, {vocab})")
+    agree = (actual == expected).float().mean().item()
+    if agree >= _AGREE:
+        return
+    for description, wrong in mistakes.items():
+        if (actual == wrong).float().mean().item() >= _AGREE:
+            raise CheckFailed(f"{what}: your samples equal {description}")
+    if not allowed[torch.arange(batch), actual.long()].all():
+        raise CheckFailed(f"{what}: you sampled tokens that top-k / top-p removes; sample from the filtered "
+                          "logits (their −inf entries get probability 0)")
+    raise CheckFailed(f"{what}: with the same seed only {agree:.0%} of your draws equal "
+                      "torch.multinomial(softmax(filter_logits(logits / T, top_k, top_p)), 1, "
+                      "generator=generator); "
+                      "did you pass the generator to torch.multinomial?")
+
+
+def _sampling_case(logits: Tensor, temperature: float, k: int | None, p: float | None, seed: int) -> Case:
+    what = f"sample_next_token(logits of shape {tuple(logits.shape)}, temperature={temperature}, top_k={k}, top_p={p})"
+    args = (logits, temperature, k, p, torch.Generator().manual_seed(seed))
+    if temperature == 0:
+        return _greedy_case(what, args)
+    expected = _draws(logits, temperature, k, p, seed)
+    mistakes = {
+        "draws with the temperature applied *after* softmax (softmax(z) / T is renormalised by sampling, "
+        "so T changes nothing): divide the logits by T": _draws(logits, 1.0, k, p, seed),
+        "draws with the logits *multiplied* by T instead of divided by it":
+            _draws(logits, 1 / temperature, k, p, seed),
+    }
+    if k is not None or p is not None:
+        mistakes["draws without top-k / top-p filtering"] = _draws(logits, temperature, None, None, seed)
+    if p is not None and temperature != 1.0:
+        mistakes["draws with top-p applied *before* dividing by T: filter the tempered logits"] = \
+            _filtered_before_temperature(logits, temperature, k, p, seed)
+    allowed = torch.isfinite(reference_filter_logits(logits / temperature, k, p))  # (B, V)
+    # Judged by the inspector alone: draws agree up to rounding at the edges, not exactly.
+    return Case(what, args, unchanged_what="sample_next_token",
+                inspect=functools.partial(_expect_draws, what=what, logits=logits, expected=expected,
+                                          mistakes=mistakes, allowed=allowed))
+
+
 @isolated
 def check_sample_next_token(learner_fn: Callable, hidden: bool = False) -> None:
     """sample_next_token(logits (B, V), temperature, top_k, top_p, generator) -> (B,) token ids.
@@ -598,79 +720,18 @@ def check_sample_next_token(learner_fn: Callable, hidden: bool = False) -> None:
     gen = torch.Generator().manual_seed(4)
     rows = torch.randn(4, 10, generator=gen) * 1.5
     many = rows.repeat(400, 1)  # (1600, 10): many draws from four distributions in one call
-    cases: list[tuple[Tensor, float, int | None, float | None]] = [
+    settings: list[tuple[Tensor, float, int | None, float | None]] = [
         (rows, 0.0, None, None), (many, 1.0, None, None), (many, 0.5, 3, None), (many, 2.0, None, 0.7),
     ]
     if hidden:
-        cases += [
+        settings += [
             (many, 0.7, 5, 0.8), (many, 1.5, 2, None),
             (torch.randn(1, 6, generator=gen).repeat(500, 1), 1.0, None, 0.5),
             (torch.randn(3, 7, generator=gen), 0.0, 2, 0.5),
         ]
-    prepared = []
-    for i, (logits, temperature, k, p) in enumerate(cases):
-        seed = 100 + i
-        if temperature == 0:
-            prepared.append((logits, temperature, k, p, seed, logits.argmax(dim=-1), {}, None))
-            continue
-        expected = _draws(logits, temperature, k, p, seed)
-        mistakes = {
-            "draws with the temperature applied *after* softmax (softmax(z) / T is renormalised by sampling, "
-            "so T changes nothing): divide the logits by T": _draws(logits, 1.0, k, p, seed),
-            "draws with the logits *multiplied* by T instead of divided by it":
-                _draws(logits, 1 / temperature, k, p, seed),
-        }
-        if k is not None or p is not None:
-            mistakes["draws without top-k / top-p filtering"] = _draws(logits, temperature, None, None, seed)
-        if p is not None and temperature != 1.0:
-            mistakes["draws with top-p applied *before* dividing by T: filter the tempered logits"] = \
-                _filtered_before_temperature(logits, temperature, k, p, seed)
-        allowed = torch.isfinite(reference_filter_logits(logits / temperature, k, p))  # (B, V)
-        prepared.append((logits, temperature, k, p, seed, expected, mistakes, allowed))
-    with off_limits(SAMPLE_OFF_LIMITS, "sampling", learner_namespaces(learner_fn)):
-        for logits, temperature, k, p, seed, expected, mistakes, allowed in prepared:
-            what = (f"sample_next_token(logits of shape {tuple(logits.shape)}, temperature={temperature}, "
-                    f"top_k={k}, top_p={p})")
-            before = logits.clone()
-            try:
-                actual = call_learner(what, learner_fn, logits, temperature, k, p, torch.Generator().manual_seed(seed))
-            except OffLimitsError:
-                raise
-            except CheckFailed as failure:
-                if temperature == 0 and "not implemented" not in str(failure):
-                    raise CheckFailed(f"{failure} — temperature 0 means greedy: return logits.argmax(dim=-1) "
-                                      "before dividing by the temperature") from None
-                raise
-            expect_unchanged([before], [logits], "sample_next_token")
-            if not isinstance(actual, Tensor):
-                raise CheckFailed(f"{what}: expected a torch.Tensor of token ids, got {type(actual).__name__}")
-            if actual.shape == (logits.shape[0], 1):
-                raise CheckFailed(f"{what}: return shape (B,) = ({logits.shape[0]},), not (B, 1): "
-                                  "squeeze the last axis")
-            if temperature == 0:
-                compare(actual, expected, what, atol=0, rtol=0)
-                continue
-            if actual.shape != expected.shape or actual.dtype.is_floating_point:
-                raise CheckFailed(f"{what}: expected integer token ids of shape ({logits.shape[0]},), "
-                                  f"got {actual.dtype} of shape {tuple(actual.shape)}")
-            rows_ = torch.arange(actual.shape[0])
-            if ((actual < 0) | (actual >= logits.shape[1])).any():
-                raise CheckFailed(f"{what}: token ids must lie in [0, V) = [0, {logits.shape[1]})")
-            agree = (actual == expected).float().mean().item()
-            if agree >= _AGREE:
-                continue
-            for description, wrong in mistakes.items():
-                if (actual == wrong).float().mean().item() >= _AGREE:
-                    raise CheckFailed(f"{what}: your samples equal {description}")
-            if not allowed[rows_, actual.long()].all():
-                raise CheckFailed(f"{what}: you sampled tokens that top-k / top-p removes; sample from the filtered "
-                                  "logits (their −inf entries get probability 0)")
-            raise CheckFailed(f"{what}: with the same seed only {agree:.0%} of your draws equal "
-                              "torch.multinomial(softmax(filter_logits(logits / T, top_k, top_p)), 1, "
-                              "generator=generator); "
-                              "did you pass the generator to torch.multinomial?")
-    passed(f"sample_next_token: greedy at T = 0 and the reference's draws for temperature, top-k and top-p "
-           f"on {len(cases)} cases{hidden_note(hidden)}")
+    cases = [_sampling_case(logits, temperature, k, p, seed=100 + i)
+             for i, (logits, temperature, k, p) in enumerate(settings)]
+    run(SAMPLE, learner_fn, cases, hidden)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -690,7 +751,7 @@ def _beam_variant(log_probs_fn: Callable[[Tensor], Tensor], prefix: Tensor, max_
     for _ in range(max_new_tokens):
         log_probs = log_probs_fn(beams)
         vocab = log_probs.shape[-1]
-        candidates = ((scores[:, None] if accumulate else 0.0) + log_probs).reshape(-1)
+        candidates = ((scores[:, None] if accumulate else 0.0) + log_probs).reshape(-1)  # (beams · V,)
         top_scores, top_index = candidates.topk(min(beam_size, candidates.numel()))
         beam_index, token = top_index // vocab, top_index % vocab
         if accumulate:
@@ -750,50 +811,28 @@ def _sequence_log_prob(log_probs_fn: Callable[[Tensor], Tensor], seq: Tensor, pr
     return sum(log_probs_fn(seq[None, :t])[0, seq[t]].item() for t in range(prefix_len, seq.shape[0]))
 
 
-@isolated
-def check_beam_search(learner_fn: Callable, hidden: bool = False) -> None:
-    """beam_search(log_probs_fn, prefix, max_new_tokens, beam_size, alpha, eos_id) equals the reference:
-    beam_size 1 is greedy, and a wider beam finds a sequence at least as likely as greedy."""
-    cases = [  # (name, log_probs_fn, prefix, max_new_tokens, beam_size, alpha, eos_id)
-        ("bigram model, beam 1", _bigram_fn(6, 0), torch.tensor([0]), 5, 1, 0.6, None),
-        ("bigram model, beam 3", _bigram_fn(6, 7), torch.tensor([0]), 5, 3, 0.0, None),
-        ("bigram model with <eos>, beam 4, alpha 1", _bigram_fn(8, 46, eos_id=1, eos_bias=1.0),
-         torch.tensor([0]), 8, 4, 1.0, 1),
-    ]
-    if hidden:
-        cases += [
-            ("tiny GPT, beam 5", _gpt_fn(7), torch.tensor([3, 1, 4]), 6, 5, 0.0, None),
-            ("tiny GPT with <eos>, beam 1", _gpt_fn(8), torch.tensor([2]), 8, 1, 0.6, 5),
-            ("bigram model, beam wider than the vocabulary", _bigram_fn(4, 3), torch.tensor([1, 2]), 3, 9, 0.6, None),
-            ("bigram model, one new token", _bigram_fn(6, 4), torch.tensor([0]), 1, 3, 0.6, None),
-            ("bigram model with <eos>, beam 3, alpha 0.6", _bigram_fn(8, 95, eos_id=1, eos_bias=2.0),
-             torch.tensor([0, 3]), 8, 3, 0.6, 1),
-        ]
-    prepared = []
-    for name, fn, prefix, n, beam, alpha, eos in cases:
-        with torch.no_grad():
-            expected = reference_beam_search(fn, prefix, n, beam, alpha, eos)
-            mistakes = {
-                "beam search *without* the length penalty (alpha ignored): divide each finished score by "
-                "length_penalty(new tokens, alpha)": reference_beam_search(fn, prefix, n, beam, 0.0, eos),
-                "beam search that ranks candidates by the last token's log-probability only (greedy in disguise): "
-                "rank by the running total, beam score + log p(token)":
-                    _beam_variant(fn, prefix, n, beam, alpha, eos, accumulate=False),
-            }
-            if eos is not None:
-                mistakes["beam search that keeps extending hypotheses after <eos>: set them aside as finished"] = \
-                    reference_beam_search(fn, prefix, n, beam, alpha, None)
-            greedy = _greedy(fn, prefix, n, eos)
-        prepared.append((name, fn, prefix, n, beam, alpha, eos, expected, mistakes, greedy))
-    with off_limits(BEAM_OFF_LIMITS, "beam search", learner_namespaces(learner_fn)):
-        answers = []
-        for name, fn, prefix, n, beam, alpha, eos, *_ in prepared:
-            before = prefix.clone()
-            with torch.no_grad():
-                answers.append(call_learner(f"beam_search on the {name}", learner_fn, fn, prefix, n, beam, alpha, eos))
-            expect_unchanged([before], [prefix], "beam_search")
-    for (name, fn, prefix, n, beam, alpha, eos, expected, mistakes, greedy), actual in zip(prepared, answers):
-        what = f"beam_search on the {name}"
+def _beam_case(name: str, fn: Callable[[Tensor], Tensor], prefix: Tensor, n: int, beam: int, alpha: float,
+               eos: int | None) -> Case:
+    """One search: the reference's sequence, the usual mistakes' and greedy decoding's, found first."""
+    what = f"beam_search on the {name}"
+    with torch.no_grad():
+        expected = reference_beam_search(fn, prefix, n, beam, alpha, eos)
+        mistakes = {
+            "beam search *without* the length penalty (alpha ignored): divide each finished score by "
+            "length_penalty(new tokens, alpha)": reference_beam_search(fn, prefix, n, beam, 0.0, eos),
+            "beam search that ranks candidates by the last token's log-probability only (greedy in disguise): "
+            "rank by the running total, beam score + log p(token)":
+                _beam_variant(fn, prefix, n, beam, alpha, eos, accumulate=False),
+        }
+        if eos is not None:
+            mistakes["beam search that keeps extending hypotheses after <eos>: set them aside as finished"] = \
+                reference_beam_search(fn, prefix, n, beam, alpha, None)
+        greedy = _greedy(fn, prefix, n, eos)
+    # Without a length penalty or <eos>, a wider beam can only find a sequence at least as likely as greedy's.
+    must_beat_greedy = alpha == 0.0 and eos is None and beam > 1
+    greedy_log_prob = _sequence_log_prob(fn, greedy, prefix.shape[0]) if must_beat_greedy else None
+
+    def expect_sequence(actual: Any) -> None:
         if not isinstance(actual, Tensor) or actual.dim() != 1:
             got = f"shape {tuple(actual.shape)}" if isinstance(actual, Tensor) else type(actual).__name__
             raise CheckFailed(f"{what}: return one sequence, a 1-D tensor (prefix followed by the new tokens), "
@@ -803,18 +842,40 @@ def check_beam_search(learner_fn: Callable, hidden: bool = False) -> None:
         if beam == 1 and not torch.equal(actual, greedy):
             raise CheckFailed(f"{what}: with beam_size=1 beam search must equal greedy decoding "
                               f"({greedy.tolist()}), got {actual.tolist()}")
-        if alpha == 0.0 and eos is None and beam > 1 and _sequence_log_prob(fn, actual, prefix.shape[0]) < \
-                _sequence_log_prob(fn, greedy, prefix.shape[0]) - 1e-5:
+        if must_beat_greedy and _sequence_log_prob(fn, actual, prefix.shape[0]) < greedy_log_prob - 1e-5:
             raise CheckFailed(f"{what}: your sequence {actual.tolist()} is less likely than greedy's "
                               f"{greedy.tolist()}; keep the beam_size best candidates over *all* beams at each step")
         if torch.equal(actual, expected):
-            continue
+            return
         for description, wrong in mistakes.items():
             if torch.equal(actual, wrong):
                 raise CheckFailed(f"{what}: your sequence {actual.tolist()} equals {description}")
         raise CheckFailed(f"{what}: expected {expected.tolist()}, got {actual.tolist()}")
-    passed(f"beam_search equals the reference on {len(cases)} searches: beam 1 = greedy, wider beams at least "
-           f"as likely as greedy, length penalty, <eos>{hidden_note(hidden)}")
+
+    # Judged by the inspector alone: sequences are equal or not, and the message lists their tokens.
+    return Case(what, (fn, prefix, n, beam, alpha, eos), inspect=expect_sequence, unchanged_what="beam_search")
+
+
+@isolated
+def check_beam_search(learner_fn: Callable, hidden: bool = False) -> None:
+    """beam_search(log_probs_fn, prefix, max_new_tokens, beam_size, alpha, eos_id) equals the reference:
+    beam_size 1 is greedy, and a wider beam finds a sequence at least as likely as greedy."""
+    searches = [  # (name, log_probs_fn, prefix, max_new_tokens, beam_size, alpha, eos_id)
+        ("bigram model, beam 1", _bigram_fn(6, 0), torch.tensor([0]), 5, 1, 0.6, None),
+        ("bigram model, beam 3", _bigram_fn(6, 7), torch.tensor([0]), 5, 3, 0.0, None),
+        ("bigram model with <eos>, beam 4, alpha 1", _bigram_fn(8, 46, eos_id=1, eos_bias=1.0),
+         torch.tensor([0]), 8, 4, 1.0, 1),
+    ]
+    if hidden:
+        searches += [
+            ("tiny GPT, beam 5", _gpt_fn(7), torch.tensor([3, 1, 4]), 6, 5, 0.0, None),
+            ("tiny GPT with <eos>, beam 1", _gpt_fn(8), torch.tensor([2]), 8, 1, 0.6, 5),
+            ("bigram model, beam wider than the vocabulary", _bigram_fn(4, 3), torch.tensor([1, 2]), 3, 9, 0.6, None),
+            ("bigram model, one new token", _bigram_fn(6, 4), torch.tensor([0]), 1, 3, 0.6, None),
+            ("bigram model with <eos>, beam 3, alpha 0.6", _bigram_fn(8, 95, eos_id=1, eos_bias=2.0),
+             torch.tensor([0, 3]), 8, 3, 0.6, 1),
+        ]
+    run(BEAM, learner_fn, [_beam_case(*search) for search in searches], hidden)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -849,49 +910,53 @@ def _diagnose_calls(calls: list[tuple[tuple[int, ...], bool, bool]], prompt: Ten
                               "of the earlier tokens are already in the cache")
 
 
+def _cached_generation_case(model: GPT, prompt: Tensor, n: int) -> Case:
+    """One prompt: the tokens of greedy generation without a cache, and the model's calls recorded."""
+    expected = reference_generate(model, prompt, n, temperature=0.0, use_cache=False)
+    what = f"greedy_generate_cached(model, prompt of shape {tuple(prompt.shape)}, max_new_tokens={n})"
+
+    def generate_recorded(learner_fn: Callable) -> tuple[Any, list]:
+        model.train()  # as a model comes out of training: dropout on
+        recorder = _CallRecorder(model)
+        try:
+            return call_learner(what, learner_fn, model, prompt, n), recorder.calls
+        except CheckFailed as failure:
+            _diagnose_calls(recorder.calls, prompt, what)  # a crash is often the symptom of feeding too much
+            raise failure from None
+        finally:
+            recorder.handle.remove()
+
+    def expect_cached_calls(result: tuple[Any, list]) -> Any:
+        actual, calls = result
+        _diagnose_calls(calls, prompt, what)
+        if isinstance(actual, Tensor) and actual.shape == (prompt.shape[0], n):
+            raise CheckFailed(f"{what}: return the prompt followed by the new tokens, shape (B, T + n) = "
+                              f"{tuple(expected.shape)}, not the new tokens alone")
+        if len(calls) != n:
+            raise CheckFailed(f"{what}: expected {n} calls to the model (one per new token), got {len(calls)}")
+        dropout_on = any(training for _, _, training in calls)
+        if dropout_on and not (isinstance(actual, Tensor) and torch.equal(actual, expected)):
+            raise CheckFailed(f"{what}: the model was still in training mode, so dropout changed the tokens; "
+                              "call model.eval() before generating")
+        return actual  # the tokens, compared with the reference's
+
+    return Case(what, call=generate_recorded, inspect=expect_cached_calls, expected=expected, unchanged=[prompt],
+                unchanged_what="greedy_generate_cached", atol=0, rtol=0)
+
+
 @isolated
 def check_cached_generation(learner_fn: Callable, hidden: bool = False) -> None:
     """greedy_generate_cached(model, ids, max_new_tokens) gives exactly the tokens of greedy generation
     without a cache, feeding the model the prompt once and then one token per step."""
-    cases = [((2, 4), 8), ((1, 1), 1)]
+    prompts = [((2, 4), 8), ((1, 1), 1)]
     if hidden:
-        cases += [((3, 5), 19), ((1, 23), 1), ((4, 2), 6)]  # fills the context window exactly; a long prompt
+        prompts += [((3, 5), 19), ((1, 23), 1), ((4, 2), 6)]  # fills the context window exactly; a long prompt
     torch.manual_seed(11)
     model = GPT(GPTConfig(vocab_size=23, max_len=24, d_model=32, n_heads=4, n_layers=2, dropout=0.1))
-    prepared = []
     gen = torch.Generator().manual_seed(5)
-    for (batch, length), n in cases:
-        prompt = torch.randint(0, 23, (batch, length), generator=gen)
-        prepared.append((prompt, n, reference_generate(model, prompt, n, temperature=0.0, use_cache=False)))
-    with off_limits(CACHED_GENERATION_OFF_LIMITS, "generation with a KV cache", learner_namespaces(learner_fn)):
-        for prompt, n, expected in prepared:
-            model.train()  # as a model comes out of training: dropout on
-            recorder = _CallRecorder(model)
-            what = f"greedy_generate_cached(model, prompt of shape {tuple(prompt.shape)}, max_new_tokens={n})"
-            before = prompt.clone()
-            try:
-                actual = call_learner(what, learner_fn, model, prompt, n)
-            except CheckFailed as failure:
-                _diagnose_calls(recorder.calls, prompt, what)  # a crash is often the symptom of feeding too much
-                raise failure from None
-            finally:
-                recorder.handle.remove()
-            expect_unchanged([before], [prompt], "greedy_generate_cached")
-            calls = recorder.calls
-            _diagnose_calls(calls, prompt, what)
-            if isinstance(actual, Tensor) and actual.shape == (prompt.shape[0], n):
-                raise CheckFailed(f"{what}: return the prompt followed by the new tokens, shape (B, T + n) = "
-                                  f"{tuple(expected.shape)}, not the new tokens alone")
-            if len(calls) != n:
-                raise CheckFailed(f"{what}: expected {n} calls to the model (one per new token), got {len(calls)}")
-            dropout_on = any(training for _, _, training in calls)
-            if dropout_on and not (isinstance(actual, Tensor) and torch.equal(actual, expected)):
-                raise CheckFailed(f"{what}: the model was still in training mode, so dropout changed the tokens; "
-                                  "call model.eval() before generating")
-            compare(actual, expected, what, atol=0, rtol=0)
-    model.eval()
-    passed(f"greedy_generate_cached equals generation without a cache on {len(cases)} prompts, "
-           f"feeding one token per step{hidden_note(hidden)}")
+    cases = [_cached_generation_case(model, torch.randint(0, 23, (batch, length), generator=gen), n)
+             for (batch, length), n in prompts]
+    run(CACHED_GENERATION, learner_fn, cases, hidden)
 
 
 __all__ = [

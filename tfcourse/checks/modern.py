@@ -14,6 +14,9 @@ grouped_query_attention in place, so an early bug costs one exercise. Module che
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -23,27 +26,45 @@ from torch import Tensor, nn
 from .. import modern
 from ..attention import KVCache, causal_mask, padding_mask, scaled_dot_product_attention
 from ..modern import GroupedQueryAttention, RMSNorm, SwiGLUFeedForward, apply_rope, swiglu_hidden_size
-from .core import (CheckFailed, build_module, call_learner, compare, expect_portable, expect_unchanged, hidden_note,
-                   isolated, composite, learner_namespaces, load_reference_weights, off_limits, one_thread,
-                   passed)
+from .core import (Case, CheckFailed, Exercise, build_module, call_learner, composite, compare, expect_portable,
+                   isolated, load_reference_weights, one_thread, run, run_case)
 
 RMS_NORM_OFF_LIMITS = ["tfcourse.modern.RMSNorm", "torch.nn.RMSNorm", "torch.nn.functional.rms_norm", "torch.rms_norm"]
+RMS_NORM = Exercise("RMSNorm", RMS_NORM_OFF_LIMITS, "RMSNorm matches the reference on {n} inputs")
 SWIGLU_OFF_LIMITS = ["tfcourse.modern.SwiGLUFeedForward", "tfcourse.modern.swiglu_hidden_size"]
+
+
+def _swiglu_success(d_model: int) -> str:
+    """The ✔ line, which works out the default width's weights at `d_model` ({n}: the runner's count)."""
+    width = swiglu_hidden_size(d_model)
+    return (f"SwiGLUFeedForward matches the reference on {{n}} shapes; at d_model = {d_model} its default width "
+            f"{width} holds 3 x {d_model} x {width} = {3 * d_model * width:,} weights, as the ReLU FFN's "
+            f"2 x {d_model} x {4 * d_model}")
+
+
+SWIGLU = Exercise("SwiGLU feed-forward network", SWIGLU_OFF_LIMITS, _swiglu_success(384))
+
 ROPE_OFF_LIMITS = ["tfcourse.modern.apply_rope", "tfcourse.modern.rope_cos_sin", "tfcourse.modern.rotate_half"]
+ROPE = Exercise("rotary position embedding", ROPE_OFF_LIMITS,
+                "apply_rope matches the reference on {n} inputs: the score q_m . k_n depends on m - n alone")
 ATTENTION_BUILTINS = ["torch.nn.functional.scaled_dot_product_attention", "torch.nn.MultiheadAttention"]
 GQA_OFF_LIMITS = ["tfcourse.modern.grouped_query_attention", "tfcourse.modern.repeat_kv", *ATTENTION_BUILTINS]
+GQA = Exercise("grouped-query attention", GQA_OFF_LIMITS,
+               "grouped_query_attention matches the reference on {n} cases (MHA and MQA are its two ends)")
 GQA_LAYER_OFF_LIMITS = ["tfcourse.modern.GroupedQueryAttention", *ATTENTION_BUILTINS]
+# The ✔ line starts with the name of the learner's class (see check_gqa_attention).
+GQA_LAYER = Exercise("grouped-query attention layer", GQA_LAYER_OFF_LIMITS,
+                     "matches the reference on {n} layers, with and without the KV cache, which keeps only the "
+                     "n_kv_heads heads")
 
-ATOL, RTOL = 1e-5, 1e-4
 ROPE_ATOL = 1e-4  # angles up to ~100 radians in float32: another (right) way to compute them differs by ~1e-5
 
 
-def _run(what: str, module: nn.Module, *inputs: Any) -> Any:
-    before = [t.clone() for t in inputs if isinstance(t, Tensor)]
-    with torch.no_grad():
-        out = call_learner(what, module, *inputs)
-    expect_unchanged(before, [t for t in inputs if isinstance(t, Tensor)], what)
-    return out
+def _portable(learner_cls: Any, name: str, args: tuple, inputs: list) -> Callable[[], None]:
+    """`run`'s last step for a module: a fresh one must follow its input to another dtype and device, as a
+    GPU run needs."""
+    call = f"{name}({', '.join(map(str, args))})"
+    return lambda: expect_portable(call, build_module(call, learner_cls, *args), inputs)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -79,6 +100,40 @@ def _rms_norm_mistakes(x: Tensor, weight: Tensor, eps: float) -> dict[str, Tenso
     return mistakes
 
 
+def _expect_gain_only(module: nn.Module, call: str, d_model: int) -> None:
+    """One parameter, the gain `weight` (d_model,), starting at 1: no bias."""
+    params = dict(module.named_parameters())
+    if "bias" in params:
+        raise CheckFailed(f"{call} has a bias: RMSNorm has only the gain `weight` (it neither centres nor shifts)")
+    if sorted(params) != ["weight"] or tuple(params["weight"].shape) != (d_model,):
+        raise CheckFailed(f"{call} should have exactly one nn.Parameter, `weight` (the gain) of shape "
+                          f"({d_model},), got {[(k, tuple(v.shape)) for k, v in params.items()]}")
+    if not torch.all(params["weight"] == 1):
+        raise CheckFailed(f"{call}: a fresh RMSNorm should start with weight = 1, so that at first it only "
+                          "rescales")
+
+
+def _rms_norm_case(name: str, description: str, x: Tensor, eps: float | None, gen: torch.Generator) -> Case:
+    d_model = x.shape[-1]
+    args = (d_model,) if eps is None else (d_model, eps)
+    reference = RMSNorm(*args)
+    with torch.no_grad():
+        reference.weight.copy_(1.0 + 0.5 * torch.randn(d_model, generator=gen))  # a gain != 1 shows when missing
+        expected = reference(x)
+        mistakes = _rms_norm_mistakes(x, reference.weight, reference.eps)
+    call = f"{name}({d_model}" + (f", eps={eps})" if eps is not None else ")")
+    forward = f"{call}.forward(x) for {description}"
+
+    def build_and_forward(learner_cls: Any) -> Any:
+        module = build_module(call, learner_cls, *args)
+        _expect_gain_only(module, call, d_model)
+        load_reference_weights(module, reference, "name the gain `weight`")
+        return call_learner(forward, module.eval(), x)
+
+    return Case(forward, expected=expected, mistakes=mistakes, label=f"RMSNorm on {description}", unchanged=[x],
+                call=build_and_forward)
+
+
 @isolated
 @one_thread
 def check_rms_norm(learner_cls: Any, hidden: bool = False) -> None:
@@ -88,7 +143,7 @@ def check_rms_norm(learner_cls: Any, hidden: bool = False) -> None:
     def normal(*shape: int) -> Tensor:
         return torch.randn(*shape, generator=gen)
 
-    cases: list[tuple[str, Tensor, float | None]] = [
+    inputs: list[tuple[str, Tensor, float | None]] = [
         ("x (2, 5, 8) with mean 1 and std 3", 3.0 * normal(2, 5, 8) + 1.0, None),
         ("x (1, 1, 16) with tiny values (RMS 0.002, so eps matters)", 0.002 * normal(1, 1, 16), None),
         ("x (4, 6), a 2-D batch of vectors", normal(4, 6), None),
@@ -96,39 +151,15 @@ def check_rms_norm(learner_cls: Any, hidden: bool = False) -> None:
     if hidden:
         zeros = normal(3, 7, 12)
         zeros[1, 3] = 0.0  # an all-zero vector: its RMS is 0
-        cases = [
+        inputs = [
             ("x (3, 7, 12) with an all-zero vector at one position", zeros, None),
             ("x (2, 2, 3, 8), four dimensions", 2.0 * normal(2, 2, 3, 8) - 1.0, None),
             ("x (2, 4, 10) with small values and eps=1e-3", 0.03 * normal(2, 4, 10), 1e-3),
             ("x (1, 1, 4), batch of 1 and T = 1", normal(1, 1, 4), None),
         ]
     name = getattr(learner_cls, "__name__", "RMSNorm")
-    for description, x, eps in cases:
-        d_model = x.shape[-1]
-        reference = RMSNorm(d_model) if eps is None else RMSNorm(d_model, eps=eps)
-        with torch.no_grad():
-            reference.weight.copy_(1.0 + 0.5 * torch.randn(d_model, generator=gen))  # a gain != 1 shows when missing
-            expected = reference(x)
-            mistakes = _rms_norm_mistakes(x, reference.weight, reference.eps)
-        args = (d_model,) if eps is None else (d_model, eps)
-        call = f"{name}({d_model}" + (f", eps={eps})" if eps is not None else ")")
-        with off_limits(RMS_NORM_OFF_LIMITS, "RMSNorm", learner_namespaces(learner_cls)):
-            module = build_module(call, learner_cls, *args)
-            params = dict(module.named_parameters())
-            if "bias" in params:
-                raise CheckFailed(f"{call} has a bias: RMSNorm has only the gain `weight` (it neither centres nor shifts)")
-            if sorted(params) != ["weight"] or tuple(params["weight"].shape) != (d_model,):
-                raise CheckFailed(f"{call} should have exactly one nn.Parameter, `weight` (the gain) of shape "
-                                  f"({d_model},), got {[(k, tuple(v.shape)) for k, v in params.items()]}")
-            if not torch.all(params["weight"] == 1):
-                raise CheckFailed(f"{call}: a fresh RMSNorm should start with weight = 1, so that at first it only "
-                                  "rescales")
-            load_reference_weights(module, reference, "name the gain `weight`")
-            actual = _run(f"{call}.forward(x) for {description}", module.eval(), x)
-        compare(actual, expected, f"RMSNorm on {description}", mistakes, atol=ATOL, rtol=RTOL)
-    with off_limits(RMS_NORM_OFF_LIMITS, "RMSNorm", learner_namespaces(learner_cls)):
-        expect_portable(f"{name}(8)", build_module(f"{name}(8)", learner_cls, 8), [torch.randn(2, 3, 8)])
-    passed(f"RMSNorm matches the reference on {len(cases)} inputs" + hidden_note(hidden))
+    cases = [_rms_norm_case(name, description, x, eps, gen) for description, x, eps in inputs]
+    run(RMS_NORM, learner_cls, cases, hidden, then=_portable(learner_cls, name, (8,), [torch.randn(2, 3, 8)]))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -159,51 +190,58 @@ def _swiglu_mistakes(reference: SwiGLUFeedForward, x: Tensor) -> dict[str, Tenso
     }
 
 
+def _expect_three_bias_free_layers(module: nn.Module, call: str, d_model: int, d_ff: int | None,
+                                   expected_width: int) -> None:
+    """w_gate, w_up and w_down without biases, w_gate `expected_width` features wide."""
+    names = sorted(n for n, _ in module.named_parameters())
+    if any(n.endswith("bias") for n in names):
+        raise CheckFailed(f"{call} has biases {[n for n in names if n.endswith('bias')]}: SwiGLU, as in LLaMA, "
+                          "is bias-free (nn.Linear(..., bias=False))")
+    if names != SWIGLU_NAMES:
+        raise CheckFailed(f"expected parameters {SWIGLU_NAMES} (three bias-free nn.Linear layers named w_gate, "
+                          f"w_up, w_down), got {names}")
+    width = module.w_gate.out_features
+    if width != expected_width:
+        default = f"2 * (4 * {d_model}) // 3 = {expected_width}"
+        raise CheckFailed(f"{call}: w_gate maps d_model={d_model} to {width} features, expected "
+                          + (f"d_ff = {d_ff}" if d_ff is not None else
+                             f"the default d_ff = {default} (2/3 of the ReLU FFN's 4 d_model: three "
+                             "matrices instead of two, the same number of parameters)"))
+
+
+def _swiglu_case(seed: int, name: str, batch: int | None, length: int, d_model: int, d_ff: int | None) -> Case:
+    torch.manual_seed(20 + seed)
+    reference = SwiGLUFeedForward(d_model, d_ff).eval()
+    x = torch.randn(length, d_model) if batch is None else torch.randn(batch, length, d_model)
+    with torch.no_grad():
+        expected = reference(x)
+        mistakes = _swiglu_mistakes(reference, x)
+    args = (d_model,) if d_ff is None else (d_model, d_ff)
+    call = f"{name}{args}".replace(",)", ")")
+    forward = f"forward(x) of {call} for x of shape {tuple(x.shape)}"
+
+    def build_and_forward(learner_cls: Any) -> Any:
+        module = build_module(call, learner_cls, *args)
+        _expect_three_bias_free_layers(module, call, d_model, d_ff, reference.d_ff)
+        load_reference_weights(module, reference, "name the three layers w_gate, w_up and w_down")
+        return call_learner(forward, module.eval(), x)
+
+    return Case(forward, expected=expected, mistakes=mistakes, unchanged=[x], call=build_and_forward,
+                label=f"SwiGLU output of {call} for x of shape {tuple(x.shape)}")
+
+
 @isolated
 @one_thread
 def check_swiglu(learner_cls: Any, hidden: bool = False) -> None:
     """SwiGLUFeedForward(d_model, d_ff=None): (SiLU(x W_gate) * x W_up) W_down, bias-free; d_ff defaults to
     2 * (4 d_model) // 3."""
-    cases = [(2, 5, 12, None), (1, 1, 6, 10)]
+    shapes = [(2, 5, 12, None), (1, 1, 6, 10)]  # (B or None for a 2-D input, T, d_model, d_ff)
     if hidden:
         # a d_model that 3 does not divide (the width rounds down), an explicit d_ff, a 2-D input
-        cases = [(3, 7, 8, None), (2, 3, 9, 24), (None, 5, 12, 20), (1, 1, 4, None)]
+        shapes = [(3, 7, 8, None), (2, 3, 9, 24), (None, 5, 12, 20), (1, 1, 4, None)]
     name = getattr(learner_cls, "__name__", "SwiGLUFeedForward")
-    for seed, (batch, length, d_model, d_ff) in enumerate(cases):
-        torch.manual_seed(20 + seed)
-        reference = SwiGLUFeedForward(d_model, d_ff).eval()
-        x = torch.randn(length, d_model) if batch is None else torch.randn(batch, length, d_model)
-        with torch.no_grad():
-            expected = reference(x)
-            mistakes = _swiglu_mistakes(reference, x)
-        args = (d_model,) if d_ff is None else (d_model, d_ff)
-        call = f"{name}{args}".replace(",)", ")")
-        with off_limits(SWIGLU_OFF_LIMITS, "SwiGLU feed-forward network", learner_namespaces(learner_cls)):
-            module = build_module(call, learner_cls, *args)
-            names = sorted(n for n, _ in module.named_parameters())
-            if any(n.endswith("bias") for n in names):
-                raise CheckFailed(f"{call} has biases {[n for n in names if n.endswith('bias')]}: SwiGLU, as in LLaMA, "
-                                  "is bias-free (nn.Linear(..., bias=False))")
-            if names != SWIGLU_NAMES:
-                raise CheckFailed(f"expected parameters {SWIGLU_NAMES} (three bias-free nn.Linear layers named w_gate, "
-                                  f"w_up, w_down), got {names}")
-            width = module.w_gate.out_features
-            if width != reference.d_ff:
-                default = f"2 * (4 * {d_model}) // 3 = {reference.d_ff}"
-                raise CheckFailed(f"{call}: w_gate maps d_model={d_model} to {width} features, expected "
-                                  + (f"d_ff = {d_ff}" if d_ff is not None else
-                                     f"the default d_ff = {default} (2/3 of the ReLU FFN's 4 d_model: three "
-                                     "matrices instead of two, the same number of parameters)"))
-            load_reference_weights(module, reference, "name the three layers w_gate, w_up and w_down")
-            actual = _run(f"forward(x) of {call} for x of shape {tuple(x.shape)}", module.eval(), x)
-        compare(actual, expected, f"SwiGLU output of {call} for x of shape {tuple(x.shape)}", mistakes,
-                atol=ATOL, rtol=RTOL)
-    with off_limits(SWIGLU_OFF_LIMITS, "SwiGLU feed-forward network", learner_namespaces(learner_cls)):
-        expect_portable(f"{name}(12)", build_module(f"{name}(12)", learner_cls, 12), [torch.randn(2, 5, 12)])
-    d = 384
-    passed(f"SwiGLUFeedForward matches the reference on {len(cases)} shapes; at d_model = {d} its default width "
-           f"{swiglu_hidden_size(d)} holds 3 x {d} x {swiglu_hidden_size(d)} = {3 * d * swiglu_hidden_size(d):,} "
-           f"weights, as the ReLU FFN's 2 x {d} x {4 * d}" + hidden_note(hidden))
+    cases = [_swiglu_case(seed, name, *shape) for seed, shape in enumerate(shapes)]
+    run(SWIGLU, learner_cls, cases, hidden, then=_portable(learner_cls, name, (12,), [torch.randn(2, 5, 12)]))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -280,37 +318,43 @@ def _relative_only(learner_fn: Any, d_head: int) -> bool:
         return False
 
 
+def _expect_rotation(actual: Any, what: str, expected: Tensor, mistakes: dict[str, Tensor], learner_fn: Any,
+                     d_head: int) -> None:
+    """The comparison, done here: where the values merely differ, the message also says whether the
+    learner's scores q_m . k_n still depend on m - n alone."""
+    try:
+        compare(actual, expected, what, mistakes, atol=ROPE_ATOL)
+    except CheckFailed as failure:
+        if "values differ" in str(failure) and not _relative_only(learner_fn, d_head):
+            raise CheckFailed(f"{failure}; and with your rotation the score q_m . k_n changes when m and n "
+                              "move together, so it depends on more than the offset m - n") from None
+        raise
+
+
+def _rope_case(seed: int, learner_fn: Any, shape: tuple[int, ...], offset: int, base: float | None) -> Case:
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(40 + seed))
+    used_base = 10000.0 if base is None else base
+    expected = apply_rope(x, offset, used_base)
+    mistakes = _rope_mistakes(x, offset, used_base)
+    what = f"apply_rope(x, offset={offset}" + (f", base={base:g})" if base is not None else ")") + \
+           f" for x of shape {tuple(shape)}"
+    return Case(what, (x, offset) if base is None else (x, offset, base),
+                inspect=functools.partial(_expect_rotation, what=what, expected=expected, mistakes=mistakes,
+                                          learner_fn=learner_fn, d_head=shape[-1]))
+
+
 @isolated
 @one_thread
 def check_apply_rope(learner_fn: Any, hidden: bool = False) -> None:
     """apply_rope(x, offset=0, base=10000.0): x (..., T, d_head) rotated, pair (i, i + d_head/2) by the angle
     (offset + t) * base^(-2i/d_head)."""
-    cases: list[tuple[tuple[int, ...], int, float | None]] = [((2, 3, 5, 8), 0, None), ((1, 2, 4, 16), 7, None)]
+    inputs: list[tuple[tuple[int, ...], int, float | None]] = [((2, 3, 5, 8), 0, None), ((1, 2, 4, 16), 7, None)]
     if hidden:
         # T = 1 after a long cache, a 3-D input, LLaMA 3's base, a single pair
-        cases = [((1, 1, 1, 4), 0, None), ((2, 4, 6, 32), 100, None), ((3, 9, 2), 3, None),
-                 ((1, 2, 5, 8), 2, 500000.0), ((2, 1, 3, 2), 1, None)]
-    for seed, (shape, offset, base) in enumerate(cases):
-        x = torch.randn(*shape, generator=torch.Generator().manual_seed(40 + seed))
-        used_base = 10000.0 if base is None else base
-        expected = apply_rope(x, offset, used_base)
-        mistakes = _rope_mistakes(x, offset, used_base)
-        args = (x, offset) if base is None else (x, offset, base)
-        what = f"apply_rope(x, offset={offset}" + (f", base={base:g})" if base is not None else ")") + \
-               f" for x of shape {tuple(shape)}"
-        before = x.clone()
-        with off_limits(ROPE_OFF_LIMITS, "rotary position embedding", learner_namespaces(learner_fn)):
-            actual = call_learner(what, learner_fn, *args)
-        expect_unchanged([before], [x], what)
-        try:
-            compare(actual, expected, what, mistakes, atol=ROPE_ATOL, rtol=RTOL)
-        except CheckFailed as failure:
-            if "values differ" in str(failure) and not _relative_only(learner_fn, shape[-1]):
-                raise CheckFailed(f"{failure}; and with your rotation the score q_m . k_n changes when m and n "
-                                  "move together, so it depends on more than the offset m - n") from None
-            raise
-    passed(f"apply_rope matches the reference on {len(cases)} inputs: the score q_m . k_n depends on m - n alone"
-           + hidden_note(hidden))
+        inputs = [((1, 1, 1, 4), 0, None), ((2, 4, 6, 32), 100, None), ((3, 9, 2), 3, None),
+                  ((1, 2, 5, 8), 2, 500000.0), ((2, 1, 3, 2), 1, None)]
+    cases = [_rope_case(seed, learner_fn, shape, offset, base) for seed, (shape, offset, base) in enumerate(inputs)]
+    run(ROPE, learner_fn, cases, hidden)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -352,43 +396,48 @@ def _gqa_mask(kind: str, batch: int, t_q: int, t_k: int) -> Tensor | None:
     return None
 
 
+def _expect_one_output_per_query_head(actual: Any, what: str, n_heads: int, n_kv: int,
+                                     per_kv_head: tuple[int, ...]) -> None:
+    """The output alone (not a tuple), with one head per query head, not the shape `per_kv_head` of one per
+    kv head."""
+    if isinstance(actual, tuple):
+        raise CheckFailed(f"{what}: return the output tensor alone, not a tuple (e.g. not (output, weights))")
+    if isinstance(actual, Tensor) and actual.shape == per_kv_head and n_kv != n_heads:
+        raise CheckFailed(f"{what}: your output has n_kv_heads = {n_kv} heads; every one of the {n_heads} query "
+                          "heads gives an output: repeat the kv heads to n_heads before attending")
+
+
+def _gqa_case(seed: int, label: str, sizes: tuple[int, ...], kind: str) -> Case:
+    batch, n_heads, n_kv, t_q, t_k, d_head = sizes
+    g = torch.Generator().manual_seed(50 + seed)
+    q = torch.randn(batch, n_heads, t_q, d_head, generator=g)
+    k, v = torch.randn(batch, n_kv, t_k, d_head, generator=g), torch.randn(batch, n_kv, t_k, d_head, generator=g)
+    mask = _gqa_mask(kind, batch, t_q, t_k)
+    n_rep = n_heads // n_kv
+    expected = modern.grouped_query_attention(q, k, v, mask)
+    tiled_k, tiled_v = k.repeat(1, n_rep, 1, 1), v.repeat(1, n_rep, 1, 1)  # (B, n_heads, T_k, d_head)
+    grouped_k, grouped_v = k.repeat_interleave(n_rep, dim=1), v.repeat_interleave(n_rep, dim=1)
+    mistakes = {
+        "the kv heads tiled as a whole stack (k.repeat(1, n_rep, 1, 1)): query head h belongs to kv head "
+        "h // n_rep, so each kv head is repeated in place, repeat_interleave(n_rep, dim=1)":
+            _attention(q, tiled_k, tiled_v, mask),
+        "attention *without* the 1/sqrt(d_head) scaling": _attention(q, grouped_k, grouped_v, mask, scale=False),
+    }
+    if mask is not None:
+        mistakes["attention that ignores the mask"] = _attention(q, grouped_k, grouped_v, None)
+    what = f"grouped_query_attention for {label}: q {tuple(q.shape)}, k and v {tuple(k.shape)}"
+    return Case(what, (q, k, v, mask), expected=expected, mistakes=mistakes,
+                inspect=functools.partial(_expect_one_output_per_query_head, what=what, n_heads=n_heads, n_kv=n_kv,
+                                          per_kv_head=(batch, n_kv, t_q, d_head)))
+
+
 @isolated
 @one_thread
 def check_grouped_query_attention(learner_fn: Any, hidden: bool = False) -> None:
     """grouped_query_attention(q, k, v, mask=None) for q (B, n_heads, T_q, d_head), k and v
     (B, n_kv_heads, T_k, d_head) -> (B, n_heads, T_q, d_head): query head h uses kv head h // (n_heads / n_kv_heads)."""
-    cases = _gqa_cases(hidden)
-    for seed, (label, (batch, n_heads, n_kv, t_q, t_k, d_head), kind) in enumerate(cases):
-        g = torch.Generator().manual_seed(50 + seed)
-        q = torch.randn(batch, n_heads, t_q, d_head, generator=g)
-        k, v = torch.randn(batch, n_kv, t_k, d_head, generator=g), torch.randn(batch, n_kv, t_k, d_head, generator=g)
-        mask = _gqa_mask(kind, batch, t_q, t_k)
-        n_rep = n_heads // n_kv
-        expected = modern.grouped_query_attention(q, k, v, mask)
-        tiled_k, tiled_v = k.repeat(1, n_rep, 1, 1), v.repeat(1, n_rep, 1, 1)  # (B, n_heads, T_k, d_head)
-        grouped_k, grouped_v = k.repeat_interleave(n_rep, dim=1), v.repeat_interleave(n_rep, dim=1)
-        mistakes = {
-            "the kv heads tiled as a whole stack (k.repeat(1, n_rep, 1, 1)): query head h belongs to kv head "
-            "h // n_rep, so each kv head is repeated in place, repeat_interleave(n_rep, dim=1)":
-                _attention(q, tiled_k, tiled_v, mask),
-            "attention *without* the 1/sqrt(d_head) scaling": _attention(q, grouped_k, grouped_v, mask, scale=False),
-        }
-        if mask is not None:
-            mistakes["attention that ignores the mask"] = _attention(q, grouped_k, grouped_v, None)
-        what = f"grouped_query_attention for {label}: q {tuple(q.shape)}, k and v {tuple(k.shape)}"
-        given = [q, k, v] + ([mask] if mask is not None else [])
-        before = [t.clone() for t in given]
-        with off_limits(GQA_OFF_LIMITS, "grouped-query attention", learner_namespaces(learner_fn)):
-            actual = call_learner(what, learner_fn, q, k, v, mask)
-        expect_unchanged(before, given, what)
-        if isinstance(actual, tuple):
-            raise CheckFailed(f"{what}: return the output tensor alone, not a tuple (e.g. not (output, weights))")
-        if isinstance(actual, Tensor) and actual.shape == (batch, n_kv, t_q, d_head) and n_kv != n_heads:
-            raise CheckFailed(f"{what}: your output has n_kv_heads = {n_kv} heads; every one of the {n_heads} query "
-                              "heads gives an output: repeat the kv heads to n_heads before attending")
-        compare(actual, expected, what, mistakes, atol=ATOL, rtol=RTOL)
-    passed(f"grouped_query_attention matches the reference on {len(cases)} cases (MHA and MQA are its two ends)"
-           + hidden_note(hidden))
+    cases = [_gqa_case(seed, label, sizes, kind) for seed, (label, sizes, kind) in enumerate(_gqa_cases(hidden))]
+    run(GQA, learner_fn, cases, hidden)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -459,52 +508,75 @@ def _reference_cache(ref: GroupedQueryAttention, x: Tensor) -> tuple[Tensor, Ten
     return apply_rope(k), v
 
 
+def _expect_cache_of_kv_heads(actual: Any, cache: KVCache, call: str, length: int, n_kv: int) -> None:
+    """After both calls the cache holds every position, and only the n_kv_heads heads (cached before the
+    repeat for the query heads)."""
+    if not isinstance(cache.k, Tensor) or len(cache) != length:
+        raise CheckFailed(f"{call}: after two calls with the same KVCache it holds {len(cache)} positions, expected "
+                          f"{length}: append the new keys and values with cache.append(k, v)")
+    if cache.k.shape[1] != n_kv:
+        raise CheckFailed(f"{call}: your KVCache stores {cache.k.shape[1]} heads, expected n_kv_heads = {n_kv}: "
+                          "cache k and v *before* repeating them for the query heads, that is GQA's memory saving")
+
+
+def _cached_steps(ref: GroupedQueryAttention, call: str, x: Tensor, prefix: int, expected: Tensor,
+                  whole_mistakes: dict[str, Tensor]) -> list[Case]:
+    """The same sequence in two calls with one KVCache: the first `prefix` positions, then the rest,
+    which must give the whole sequence's output at those positions."""
+    length = x.shape[1]
+    cache = KVCache()
+    rest = f"{call} on positions {prefix}..{length - 1} after a KVCache of the first {prefix}"
+    return [
+        Case(f"{call} on the first {prefix} positions with an empty KVCache",
+             (x[:, :prefix], causal_mask(prefix), cache)),
+        Case(rest, (x[:, prefix:], causal_mask(length - prefix, length), cache), expected=expected[:, prefix:],
+             mistakes=_cached_mistakes(ref, x, prefix, whole_mistakes),
+             inspect=functools.partial(_expect_cache_of_kv_heads, cache=cache, call=call, length=length,
+                                       n_kv=ref.n_kv_heads)),
+    ]
+
+
+def _layer_case(seed: int, name: str, d_model: int, n_heads: int, n_kv: int, batch: int, length: int) -> Case:
+    """One layer, built once, then called on the whole sequence and (when it has two positions or more)
+    on the same sequence in two parts with a KVCache: each call a Case of its own."""
+    torch.manual_seed(60 + seed)
+    reference = GroupedQueryAttention(d_model, n_heads, n_kv).eval()
+    x = torch.randn(batch, length, d_model)
+    mask = causal_mask(length)
+    prefix = length // 2
+    call = f"{name}({d_model}, {n_heads}, {n_kv})"
+    with torch.no_grad():
+        expected = reference(x, mask)
+        mistakes = _layer_mistakes(reference, x, mask)
+        steps = [Case(f"{call} on x {tuple(x.shape)} with a causal mask", (x, mask), expected=expected,
+                      mistakes=mistakes)]
+        if prefix:
+            steps += _cached_steps(reference, call, x, prefix, expected, mistakes)
+
+    def build_and_call(learner_cls: Any) -> None:
+        module = build_module(call, learner_cls, d_model, n_heads, n_kv)
+        load_reference_weights(module, reference, LAYER_NAMES)
+        module.eval()
+        for step in steps:
+            run_case(GQA_LAYER, module, step)
+
+    return Case(call, call=build_and_call)
+
+
 @composite(**LAYER_PARTS)
 @isolated
 @one_thread
 def check_gqa_attention(learner_cls: Any, hidden: bool = False) -> None:
-    cases = [(32, 8, 2, 2, 6), (16, 4, 1, 1, 1)]  # (d_model, n_heads, n_kv_heads, B, T)
+    """GroupedQueryAttention(d_model, n_heads, n_kv_heads): projections, RoPE on q and k, GQA, and a KVCache
+    that gives the whole sequence's outputs."""
+    layers = [(32, 8, 2, 2, 6), (16, 4, 1, 1, 1)]  # (d_model, n_heads, n_kv_heads, B, T)
     if hidden:
-        cases = [(24, 6, 6, 2, 5), (32, 4, 2, 3, 7), (16, 4, 2, 1, 2)]
+        layers = [(24, 6, 6, 2, 5), (32, 4, 2, 3, 7), (16, 4, 2, 1, 2)]
     name = getattr(learner_cls, "__name__", "GroupedQueryAttention")
-    for seed, (d_model, n_heads, n_kv, batch, length) in enumerate(cases):
-        torch.manual_seed(60 + seed)
-        reference = GroupedQueryAttention(d_model, n_heads, n_kv).eval()
-        x = torch.randn(batch, length, d_model)
-        mask = causal_mask(length)
-        prefix = length // 2
-        with torch.no_grad():
-            expected = reference(x, mask)
-            mistakes = _layer_mistakes(reference, x, mask)
-            if prefix:
-                rest_mistakes = _cached_mistakes(reference, x, prefix, mistakes)
-        call = f"{name}({d_model}, {n_heads}, {n_kv})"
-        with off_limits(GQA_LAYER_OFF_LIMITS, "grouped-query attention layer", learner_namespaces(learner_cls)):
-            module = build_module(call, learner_cls, d_model, n_heads, n_kv)
-            load_reference_weights(module, reference, LAYER_NAMES)
-            module.eval()
-            what = f"{call} on x {tuple(x.shape)} with a causal mask"
-            compare(_run(what, module, x, mask), expected, what, mistakes, atol=ATOL, rtol=RTOL)
-            if not prefix:
-                continue
-            # The same sequence in two calls: a prefix, then the rest with the cache.
-            cache = KVCache()
-            _run(f"{call} on the first {prefix} positions with an empty KVCache", module, x[:, :prefix],
-                 causal_mask(prefix), cache)
-            rest = f"{call} on positions {prefix}..{length - 1} after a KVCache of the first {prefix}"
-            actual = _run(rest, module, x[:, prefix:], causal_mask(length - prefix, length), cache)
-        if not isinstance(cache.k, Tensor) or len(cache) != length:
-            raise CheckFailed(f"{call}: after two calls with the same KVCache it holds {len(cache)} positions, expected "
-                              f"{length}: append the new keys and values with cache.append(k, v)")
-        if cache.k.shape[1] != n_kv:
-            raise CheckFailed(f"{call}: your KVCache stores {cache.k.shape[1]} heads, expected n_kv_heads = {n_kv}: "
-                              "cache k and v *before* repeating them for the query heads, that is GQA's memory saving")
-        compare(actual, expected[:, prefix:], rest, rest_mistakes, atol=ATOL, rtol=RTOL)
-    with off_limits(GQA_LAYER_OFF_LIMITS, "grouped-query attention layer", learner_namespaces(learner_cls)):
-        expect_portable(f"{name}(16, 4, 2)", build_module(f"{name}(16, 4, 2)", learner_cls, 16, 4, 2),
-                        [torch.randn(2, 5, 16), causal_mask(5)])
-    passed(f"{name} matches the reference on {len(cases)} layers, with and without the KV cache, which keeps "
-           "only the n_kv_heads heads" + hidden_note(hidden))
+    cases = [_layer_case(seed, name, *sizes) for seed, sizes in enumerate(layers)]
+    # The runner formats only {n} in the ✔ line: the learner's class name is put in front here.
+    run(replace(GQA_LAYER, success=f"{name} {GQA_LAYER.success}"), learner_cls, cases, hidden,
+        then=_portable(learner_cls, name, (16, 4, 2), [torch.randn(2, 5, 16), causal_mask(5)]))
 
 
 __all__ = ["check_rms_norm", "check_swiglu", "check_apply_rope", "check_grouped_query_attention", "check_gqa_attention"]

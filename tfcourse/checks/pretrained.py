@@ -12,8 +12,10 @@ thousand positions, on a fixed seed, so a verdict never changes from run to run.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -23,17 +25,23 @@ from ..data.mlm import IGNORE_INDEX
 from ..data.mlm import masked_lm_loss as reference_masked_lm_loss
 from ..ffn import gelu_tanh as reference_gelu_tanh
 from ..pretrained import convert_gpt2_attention as reference_convert
-from .core import (CheckFailed, call_learner, compare, expect_unchanged, hidden_note, isolated, learner_namespaces,
-                   off_limits, passed, seeded)
+from .core import Case, CheckFailed, Exercise, call_learner, compare, isolated, run, seeded
 
+# no_grad=False: the learner's code runs with autograd on, as in the notebook (masked_lm_loss must keep it).
 GELU_OFF_LIMITS = ["tfcourse.ffn.gelu_tanh", "torch.nn.functional.gelu", "torch.nn.GELU"]
+GELU_TANH = Exercise("gelu_tanh", GELU_OFF_LIMITS, "gelu_tanh equals GPT-2's GELU on {n} inputs", no_grad=False)
 CONVERT_OFF_LIMITS = [
     "tfcourse.pretrained.convert_gpt2_attention",
     "tfcourse.pretrained.gpt2_to_course",
     "tfcourse.pretrained.load_gpt2_state_dict",
     "tfcourse.pretrained.gpt2_from_state_dict",
 ]
+CONVERT_ATTENTION = Exercise("convert_gpt2_attention", CONVERT_OFF_LIMITS,
+                             "convert_gpt2_attention maps GPT-2's c_attn / c_proj correctly for {n} widths",
+                             no_grad=False)
 MASK_OFF_LIMITS = ["tfcourse.data.mlm.mask_tokens"]
+MASK_TOKENS = Exercise("mask_tokens", MASK_OFF_LIMITS,
+                       "mask_tokens chooses, masks and labels as BERT does on {n} batches", no_grad=False)
 MLM_LOSS_OFF_LIMITS = [
     "tfcourse.data.mlm.masked_lm_loss",
     "tfcourse.output.cross_entropy",
@@ -42,6 +50,8 @@ MLM_LOSS_OFF_LIMITS = [
     "torch.nn.CrossEntropyLoss",
     "torch.nn.NLLLoss",
 ]
+MASKED_LM_LOSS = Exercise("masked_lm_loss", MLM_LOSS_OFF_LIMITS,
+                          "masked_lm_loss averages over the chosen positions only on {n} batches", no_grad=False)
 
 # ----------------------------------------------------------------------------------------------
 # Exercise 1: GELU, tanh approximation
@@ -68,21 +78,17 @@ def _gelu_mistakes(x: Tensor) -> dict[str, Tensor]:
 def check_gelu_tanh(learner_fn: Callable, hidden: bool = False) -> None:
     """gelu_tanh(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), elementwise, any shape and dtype."""
     gen = seeded(12)
-    cases = [("x of shape (2, 5, 8)", torch.randn(2, 5, 8, generator=gen) * 3),
-             ("x = -6 ... 6 in steps of 0.5", torch.arange(-6.0, 6.25, 0.5))]
+    inputs = [("x of shape (2, 5, 8)", torch.randn(2, 5, 8, generator=gen) * 3),
+              ("x = -6 ... 6 in steps of 0.5", torch.arange(-6.0, 6.25, 0.5))]
     if hidden:
-        cases += [("x of shape (3, 4) in float64", torch.randn(3, 4, generator=gen, dtype=torch.float64) * 2),
-                  ("large |x| (tanh saturates)", torch.tensor([-30.0, -15.0, 15.0, 30.0])),
-                  ("x of shape (1, 1, 1)", torch.tensor([[[0.7]]]))]
-    prepared = [(name, x, reference_gelu_tanh(x), _gelu_mistakes(x)) for name, x in cases]
-    with off_limits(GELU_OFF_LIMITS, "gelu_tanh", learner_namespaces(learner_fn)):
-        for name, x, expected, mistakes in prepared:
-            before = x.clone()
-            actual = call_learner(f"gelu_tanh({name})", learner_fn, x)
-            expect_unchanged([before], [x], "gelu_tanh")
-            # Tight: the exact GELU differs from this one by up to 5e-4.
-            compare(actual, expected, f"gelu_tanh for {name}", mistakes, atol=2e-6, rtol=1e-5)
-    passed(f"gelu_tanh equals GPT-2's GELU on {len(cases)} inputs" + hidden_note(hidden))
+        inputs += [("x of shape (3, 4) in float64", torch.randn(3, 4, generator=gen, dtype=torch.float64) * 2),
+                   ("large |x| (tanh saturates)", torch.tensor([-30.0, -15.0, 15.0, 30.0])),
+                   ("x of shape (1, 1, 1)", torch.tensor([[[0.7]]]))]
+    # Tight: the exact GELU differs from this one by up to 5e-4.
+    cases = [Case(f"gelu_tanh({name})", (x,), expected=reference_gelu_tanh(x), mistakes=_gelu_mistakes(x),
+                  label=f"gelu_tanh for {name}", unchanged_what="gelu_tanh", atol=2e-6, rtol=1e-5)
+             for name, x in inputs]
+    run(GELU_TANH, learner_fn, cases, hidden)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -114,6 +120,35 @@ def _conversion_mistakes(c_attn_w: Tensor, c_attn_b: Tensor, c_proj_w: Tensor, c
     return mistakes
 
 
+def _expect_attention_weights(result: Any, d: int, expected: dict[str, Tensor],
+                              mistakes: dict[str, dict[str, Tensor]], what: str) -> None:
+    """A dict with MultiHeadAttention's eight names, each tensor compared with its own reference."""
+    if not isinstance(result, dict):
+        raise CheckFailed(f"{what}: expected a dict with the keys {list(_KEYS)}, got {type(result).__name__}")
+    missing = [key for key in _KEYS if key not in result]
+    if missing:
+        raise CheckFailed(f"{what}: the dict lacks {missing}; expected the keys {list(_KEYS)}, "
+                          "the names in MultiHeadAttention's state_dict")
+    for key in _KEYS:
+        actual = result[key]
+        if isinstance(actual, Tensor) and actual.shape != expected[key].shape and actual.dim() == 1 \
+                and actual.numel() == 3 * d:
+            raise CheckFailed(f"{what}: {key} has shape ({3 * d},): split c_attn's bias into three "
+                              f"parts of d_model={d}")
+        compare(actual, expected[key], f"{what}: {key}", mistakes[key], atol=0, rtol=0)
+
+
+def _conversion_case(seed: int, d: int) -> Case:
+    gen = seeded(40 + seed)
+    given = (torch.randn(d, 3 * d, generator=gen), torch.randn(3 * d, generator=gen),
+             torch.randn(d, d, generator=gen), torch.randn(d, generator=gen))
+    expected = {k: v.clone() for k, v in reference_convert(*given).items()}
+    what = f"convert_gpt2_attention with d_model={d}"
+    return Case(what, given, unchanged_what="convert_gpt2_attention",
+                inspect=functools.partial(_expect_attention_weights, d=d, expected=expected,
+                                          mistakes=_conversion_mistakes(*given, expected), what=what))
+
+
 @isolated
 def check_convert_gpt2_attention(learner_fn: Callable, hidden: bool = False) -> None:
     """convert_gpt2_attention(c_attn_weight (d, 3d), c_attn_bias (3d,), c_proj_weight (d, d), c_proj_bias (d,))
@@ -121,34 +156,7 @@ def check_convert_gpt2_attention(learner_fn: Callable, hidden: bool = False) -> 
     sizes = [4, 6]
     if hidden:
         sizes += [1, 12, 8]
-    prepared = []
-    for seed, d in enumerate(sizes):
-        gen = seeded(40 + seed)
-        given = [torch.randn(d, 3 * d, generator=gen), torch.randn(3 * d, generator=gen),
-                 torch.randn(d, d, generator=gen), torch.randn(d, generator=gen)]
-        expected = {k: v.clone() for k, v in reference_convert(*given).items()}
-        prepared.append((d, given, expected, _conversion_mistakes(*given, expected)))
-    with off_limits(CONVERT_OFF_LIMITS, "convert_gpt2_attention", learner_namespaces(learner_fn)):
-        for d, given, expected, mistakes in prepared:
-            before = [t.clone() for t in given]
-            what = f"convert_gpt2_attention with d_model={d}"
-            result = call_learner(what, learner_fn, *given)
-            expect_unchanged(before, given, "convert_gpt2_attention")
-            if not isinstance(result, dict):
-                raise CheckFailed(f"{what}: expected a dict with the keys {list(_KEYS)}, got {type(result).__name__}")
-            missing = [key for key in _KEYS if key not in result]
-            if missing:
-                raise CheckFailed(f"{what}: the dict lacks {missing}; expected the keys {list(_KEYS)}, "
-                                  "the names in MultiHeadAttention's state_dict")
-            for key in _KEYS:
-                actual = result[key]
-                if isinstance(actual, Tensor) and actual.shape != expected[key].shape and actual.dim() == 1 \
-                        and actual.numel() == 3 * d:
-                    raise CheckFailed(f"{what}: {key} has shape ({3 * d},): split c_attn's bias into three "
-                                      f"parts of d_model={d}")
-                compare(actual, expected[key], f"{what}: {key}", mistakes[key], atol=0, rtol=0)
-    passed(f"convert_gpt2_attention maps GPT-2's c_attn / c_proj correctly for {len(sizes)} widths"
-           + hidden_note(hidden))
+    run(CONVERT_ATTENTION, learner_fn, [_conversion_case(seed, d) for seed, d in enumerate(sizes)], hidden)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -156,7 +164,7 @@ def check_convert_gpt2_attention(learner_fn: Callable, hidden: bool = False) -> 
 # ----------------------------------------------------------------------------------------------
 
 
-def _mask_case(gen: torch.Generator, batch: int, length: int, vocab: int, pad_id: int, cls_id: int,
+def _mask_ids(gen: torch.Generator, batch: int, length: int, vocab: int, pad_id: int, cls_id: int,
                mask_id: int) -> Tensor:
     """Token ids with [CLS] first and padding at the end of most rows (padding is never chosen)."""
     specials = {pad_id, cls_id, mask_id}
@@ -246,42 +254,56 @@ def _judge_proportions(ids: Tensor, inputs: Tensor, labels: Tensor, special_ids:
                           "uniformly from all ordinary ids")
 
 
+def _expect_seeded(learner_fn: Callable, ids: Tensor, kwargs: dict, seed: int, other_seed: int, what: str,
+                   inputs: Tensor, labels: Tensor) -> None:
+    """The same generator seed gives the same batch, whatever the global seed, and another seed another one."""
+    torch.manual_seed(2)
+    again = _call_mask(learner_fn, ids, kwargs, seed, what)
+    if not (torch.equal(again[0], inputs) and torch.equal(again[1], labels)):
+        raise CheckFailed(f"{what}: two calls with generators of the same seed gave different batches; "
+                          "draw every random number from `generator` (generator=generator), not from "
+                          "torch's global generator")
+    other = _call_mask(learner_fn, ids, kwargs, other_seed, what)
+    if torch.equal(other[1], labels):
+        raise CheckFailed(f"{what}: generators of different seeds chose the same positions; draw the "
+                          "random numbers from `generator`")
+
+
+def _mask_case(learner_fn: Callable, index: int, batch: int, length: int, vocab: int, pad_id: int, cls_id: int,
+               mask_id: int, mask_prob: float | None) -> Case:
+    """One batch to mask. Its rules are judged on every batch; the proportions and the seeding only on
+    batches of many thousand positions, where chance cannot decide the verdict."""
+    ids = _mask_ids(seeded(70 + index), batch, length, vocab, pad_id, cls_id, mask_id)
+    special_ids = [pad_id, cls_id, mask_id]
+    kwargs = dict(mask_id=mask_id, vocab_size=vocab, special_ids=special_ids)
+    if mask_prob is not None:
+        kwargs["mask_prob"] = mask_prob
+    what = (f"mask_tokens(ids of shape {tuple(ids.shape)}, mask_id={mask_id}, vocab_size={vocab}, "
+            f"special_ids={special_ids}" + (f", mask_prob={mask_prob})" if mask_prob is not None else ")"))
+
+    def first_call(learner: Callable) -> tuple[Tensor, Tensor]:
+        torch.manual_seed(1)  # the global stream, for a learner who ignores `generator`
+        return _call_mask(learner, ids, kwargs, 100 + index, what)
+
+    def judge(result: tuple[Tensor, Tensor]) -> None:
+        inputs, labels = result
+        _judge_rules(ids, inputs, labels, special_ids, mask_id, what)
+        if ids.numel() >= 4096:
+            _judge_proportions(ids, inputs, labels, special_ids, mask_id, mask_prob or 0.15, what)
+            _expect_seeded(learner_fn, ids, kwargs, 100 + index, 999 + index, what, inputs, labels)
+
+    return Case(what, call=first_call, inspect=judge, unchanged=[ids], unchanged_what="mask_tokens")
+
+
 @isolated
 def check_mask_tokens(learner_fn: Callable, hidden: bool = False) -> None:
     """mask_tokens(ids, mask_id, vocab_size, special_ids, mask_prob=0.15, generator=None) -> (inputs, labels)."""
     # (batch, length, vocab, pad, cls, mask, mask_prob or None for the default); large ones for proportions.
-    cases = [(128, 128, 60, 0, 1, 2, None), (1, 1, 10, 0, 1, 2, None)]
+    batches = [(128, 128, 60, 0, 1, 2, None), (1, 1, 10, 0, 1, 2, None)]
     if hidden:
-        cases += [(64, 256, 300, 0, 298, 299, None), (96, 96, 40, 5, 6, 7, 0.3), (2, 3, 8, 0, 1, 2, None)]
-    with off_limits(MASK_OFF_LIMITS, "mask_tokens", learner_namespaces(learner_fn)):
-        for seed, (batch, length, vocab, pad_id, cls_id, mask_id, mask_prob) in enumerate(cases):
-            ids = _mask_case(seeded(70 + seed), batch, length, vocab, pad_id, cls_id, mask_id)
-            special_ids = [pad_id, cls_id, mask_id]
-            kwargs = dict(mask_id=mask_id, vocab_size=vocab, special_ids=special_ids)
-            if mask_prob is not None:
-                kwargs["mask_prob"] = mask_prob
-            what = (f"mask_tokens(ids of shape {tuple(ids.shape)}, mask_id={mask_id}, vocab_size={vocab}, "
-                    f"special_ids={special_ids}" + (f", mask_prob={mask_prob})" if mask_prob is not None else ")"))
-            before = ids.clone()
-            torch.manual_seed(1)
-            inputs, labels = _call_mask(learner_fn, ids, kwargs, 100 + seed, what)
-            expect_unchanged([before], [ids], "mask_tokens")
-            _judge_rules(ids, inputs, labels, special_ids, mask_id, what)
-            if ids.numel() >= 4096:
-                _judge_proportions(ids, inputs, labels, special_ids, mask_id, mask_prob or 0.15, what)
-                # Seeded: the same generator seed gives the same batch, whatever the global seed ...
-                torch.manual_seed(2)
-                again = _call_mask(learner_fn, ids, kwargs, 100 + seed, what)
-                if not (torch.equal(again[0], inputs) and torch.equal(again[1], labels)):
-                    raise CheckFailed(f"{what}: two calls with generators of the same seed gave different batches; "
-                                      "draw every random number from `generator` (generator=generator), not from "
-                                      "torch's global generator")
-                # ... and another seed another one.
-                other = _call_mask(learner_fn, ids, kwargs, 999 + seed, what)
-                if torch.equal(other[1], labels):
-                    raise CheckFailed(f"{what}: generators of different seeds chose the same positions; draw the "
-                                      "random numbers from `generator`")
-    passed(f"mask_tokens chooses, masks and labels as BERT does on {len(cases)} batches" + hidden_note(hidden))
+        batches += [(64, 256, 300, 0, 298, 299, None), (96, 96, 40, 5, 6, 7, 0.3), (2, 3, 8, 0, 1, 2, None)]
+    cases = [_mask_case(learner_fn, index, *batch) for index, batch in enumerate(batches)]
+    run(MASK_TOKENS, learner_fn, cases, hidden)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -307,6 +329,14 @@ def _loss_mistakes(logits: Tensor, labels: Tensor) -> dict[str, Tensor]:
     }
 
 
+def _expect_loss_with_gradient(actual: Any, expected: Tensor, mistakes: dict[str, Tensor], name: str) -> None:
+    """The loss's value first, then that autograd can take its gradient."""
+    compare(actual, expected, f"masked-LM loss for {name}", mistakes, atol=1e-5, rtol=1e-5)
+    if not actual.requires_grad:
+        raise CheckFailed(f"masked_lm_loss({name}): the loss does not depend on the logits for autograd "
+                          "(no .item(), .detach() or new tensors from numbers): training needs its gradient")
+
+
 @isolated
 def check_masked_lm_loss(learner_fn: Callable, hidden: bool = False) -> None:
     """masked_lm_loss(logits (B, T, V), labels (B, T)) = mean of -log p(label) over labels != -100."""
@@ -314,7 +344,7 @@ def check_masked_lm_loss(learner_fn: Callable, hidden: bool = False) -> None:
     shapes = [(2, 8, 11, 0.3, 1.0), (1, 5, 7, 0.5, 1.0)]
     if hidden:
         shapes += [(4, 16, 30, 0.15, 1.0), (3, 6, 9, 0.4, 1000.0), (1, 1, 5, 1.0, 1.0)]
-    prepared = []
+    cases = []
     for batch, length, vocab, rate, scale in shapes:
         logits = torch.randn(batch, length, vocab, generator=gen) * scale
         labels = torch.randint(0, vocab, (batch, length), generator=gen)
@@ -323,18 +353,13 @@ def check_masked_lm_loss(learner_fn: Callable, hidden: bool = False) -> None:
         labels = torch.where(chosen, labels, torch.full_like(labels, IGNORE_INDEX))
         name = f"logits {tuple(logits.shape)}" + (" x 1000 (large logits)" if scale > 1 else "") + \
                f", {int(chosen.sum())} chosen positions"
-        prepared.append((name, logits, labels, reference_masked_lm_loss(logits, labels), _loss_mistakes(logits, labels)))
-    with off_limits(MLM_LOSS_OFF_LIMITS, "masked_lm_loss", learner_namespaces(learner_fn)):
-        for name, logits, labels, expected, mistakes in prepared:
-            before = [logits.clone(), labels.clone()]
-            leaf = logits.clone().requires_grad_(True)
-            actual = call_learner(f"masked_lm_loss({name})", learner_fn, leaf, labels)
-            expect_unchanged(before, [leaf.detach(), labels], "masked_lm_loss")
-            compare(actual, expected, f"masked-LM loss for {name}", mistakes, atol=1e-5, rtol=1e-5)
-            if not actual.requires_grad:
-                raise CheckFailed(f"masked_lm_loss({name}): the loss does not depend on the logits for autograd "
-                                  "(no .item(), .detach() or new tensors from numbers): training needs its gradient")
-    passed(f"masked_lm_loss averages over the chosen positions only on {len(prepared)} batches" + hidden_note(hidden))
+        # The learner gets a leaf that needs grad: the loss's gradient is part of the answer.
+        cases.append(Case(f"masked_lm_loss({name})", (logits.clone().requires_grad_(True), labels),
+                          unchanged_what="masked_lm_loss",
+                          inspect=functools.partial(_expect_loss_with_gradient,
+                                                    expected=reference_masked_lm_loss(logits, labels),
+                                                    mistakes=_loss_mistakes(logits, labels), name=name)))
+    run(MASKED_LM_LOSS, learner_fn, cases, hidden)
 
 
 __all__ = ["check_gelu_tanh", "check_convert_gpt2_attention", "check_mask_tokens", "check_masked_lm_loss"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -18,15 +19,18 @@ from ..data.recall import recall_batch as reference_recall_batch
 from ..rnn import path_length as reference_path_length
 from ..rnn import rnn_forward as reference_rnn_forward
 from ..rnn import torch_lstm_cell as reference_lstm_cell
-from .core import (Case, CheckFailed, Exercise, _close, call_learner, compare, expect_unchanged, hidden_note, isolated,
-                   learner_namespaces, off_limits, passed, run)
+from .core import Case, CheckFailed, Exercise, _close, call_learner, compare, isolated, run, seeded
 
 RNN_OFF_LIMITS = ["tfcourse.rnn.rnn_forward", "torch.nn.RNN", "torch.nn.RNNCell",
                   "torch.rnn_tanh", "torch.rnn_tanh_cell"]
+RNN_FORWARD = Exercise("RNN forward pass", RNN_OFF_LIMITS, "rnn_forward equals torch's nn.RNN on {n} inputs")
 LSTM_OFF_LIMITS = ["tfcourse.rnn.lstm_cell", "tfcourse.rnn.torch_lstm_cell", "torch.nn.LSTM", "torch.nn.LSTMCell",
                    "torch.lstm", "torch.lstm_cell"]
+LSTM_CELL = Exercise("LSTM cell", LSTM_OFF_LIMITS, "lstm_cell equals torch's nn.LSTMCell on {n} inputs")
 PATH_OFF_LIMITS = ["tfcourse.rnn.path_length"]
+PATH_LENGTH = Exercise("path length", PATH_OFF_LIMITS, "path_length answers all {n} questions")
 RECALL_OFF_LIMITS = ["tfcourse.data.recall.recall_batch"]
+RECALL_BATCH = Exercise("recall batch", RECALL_OFF_LIMITS, "make_recall_batch matches the reference on {n} batches")
 LAYERS = ("recurrent", "self-attention", "convolution")
 
 
@@ -46,9 +50,6 @@ def _loop(x: Tensor, w_xh: Tensor, w_hh: Tensor, b: Tensor, h: Tensor, *, recur:
         states.append(h if store_before else new)
         h = new
     return torch.stack(states, dim=1)
-
-
-RNN_FORWARD = Exercise("RNN forward pass", RNN_OFF_LIMITS, "rnn_forward equals torch's nn.RNN on {n} inputs")
 
 
 def _expect_states(actual: object, batch: int, length: int, d_hidden: int, expected: Tensor) -> None:
@@ -178,47 +179,60 @@ def _lstm_mistakes(x: Tensor, h: Tensor, c: Tensor, w_xh: Tensor, w_hh: Tensor, 
     return mistakes
 
 
+def _expect_lstm_pair(result: object, what: str, expected_h: Tensor, h_mistakes: dict[str, Tensor],
+                      expected_c: Tensor, c_mistakes: dict[str, Tensor]) -> None:
+    """The pair (h', c'), in that order, each equal to the reference. h' is judged first: every usual
+    mistake shows in it, and its mistakes are the ones named."""
+    if not (isinstance(result, (tuple, list)) and len(result) == 2):
+        raise CheckFailed(f"{what} must return the pair (h', c'), got {type(result).__name__}")
+    h_next, c_next = result
+    if all(isinstance(t, Tensor) and t.shape == expected_h.shape for t in result) \
+            and _close(h_next.detach(), expected_c, 1e-5, 1e-4) and _close(c_next.detach(), expected_h, 1e-5, 1e-4):
+        raise CheckFailed(f"{what} returned (c', h'): return (h', c') in that order, as nn.LSTMCell does")
+    compare(h_next, expected_h, f"{what}: h'", h_mistakes)
+    compare(c_next, expected_c, f"{what}: c'", c_mistakes)
+
+
+def _lstm_case(seed: int, batch: int, d_in: int, d_hidden: int) -> Case:
+    g = seeded(seed)
+    x = torch.randn(batch, d_in, generator=g)
+    h = torch.randn(batch, d_hidden, generator=g)
+    c = 2 * torch.randn(batch, d_hidden, generator=g)  # larger than h, so that the two cannot be confused
+    w_xh = torch.randn(d_in, 4 * d_hidden, generator=g) / math.sqrt(d_in)
+    w_hh = torch.randn(d_hidden, 4 * d_hidden, generator=g) / math.sqrt(d_hidden)
+    b = torch.randn(4 * d_hidden, generator=g)
+    inputs = (x, h, c, w_xh, w_hh, b)
+    expected_h, expected_c = reference_lstm_cell(*inputs)
+    c_mistakes = {
+        "the old cell c: return the updated cell c' = f * c + i * g": c,
+        "tanh(c'): the cell itself is returned, tanh(c') only goes into h'": torch.tanh(expected_c),
+    }
+    return Case("lstm_cell(x, h, c, w_xh, w_hh, b)", inputs, unchanged_what="lstm_cell",
+                inspect=functools.partial(_expect_lstm_pair, what=f"lstm_cell with x {tuple(x.shape)}, H={d_hidden}",
+                                          expected_h=expected_h, h_mistakes=_lstm_mistakes(*inputs),
+                                          expected_c=expected_c, c_mistakes=c_mistakes))
+
+
 @isolated
 def check_lstm_cell(learner_fn, hidden: bool = False) -> None:
     """lstm_cell(x, h, c, w_xh, w_hh, b) -> (h', c'), gates in PyTorch's order i, f, g, o."""
     # (B, D, H)
-    cases = [(2, 3, 4), (1, 2, 3)]
+    sizes = [(2, 3, 4), (1, 2, 3)]
     if hidden:
-        cases += [(3, 5, 2), (1, 4, 6), (4, 1, 1)]
-    for seed, (batch, d_in, d_hidden) in enumerate(cases):
-        g = torch.Generator().manual_seed(100 + seed)
-        x = torch.randn(batch, d_in, generator=g)
-        h = torch.randn(batch, d_hidden, generator=g)
-        c = 2 * torch.randn(batch, d_hidden, generator=g)  # larger than h, so that the two cannot be confused
-        w_xh = torch.randn(d_in, 4 * d_hidden, generator=g) / math.sqrt(d_in)
-        w_hh = torch.randn(d_hidden, 4 * d_hidden, generator=g) / math.sqrt(d_hidden)
-        b = torch.randn(4 * d_hidden, generator=g)
-        expected_h, expected_c = reference_lstm_cell(x, h, c, w_xh, w_hh, b)
-        mistakes = _lstm_mistakes(x, h, c, w_xh, w_hh, b)
-        inputs = [x, h, c, w_xh, w_hh, b]
-        before = [t.clone() for t in inputs]
-        with off_limits(LSTM_OFF_LIMITS, "LSTM cell", learner_namespaces(learner_fn)):
-            with torch.no_grad():
-                result = call_learner("lstm_cell(x, h, c, w_xh, w_hh, b)", learner_fn, *inputs)
-        expect_unchanged(before, inputs, "lstm_cell")
-        what = f"lstm_cell with x {tuple(x.shape)}, H={d_hidden}"
-        if not (isinstance(result, (tuple, list)) and len(result) == 2):
-            raise CheckFailed(f"{what} must return the pair (h', c'), got {type(result).__name__}")
-        h_next, c_next = result
-        if all(isinstance(t, Tensor) and t.shape == expected_h.shape for t in result) \
-                and _close(h_next.detach(), expected_c, 1e-5, 1e-4) and _close(c_next.detach(), expected_h, 1e-5, 1e-4):
-            raise CheckFailed(f"{what} returned (c', h'): return (h', c') in that order, as nn.LSTMCell does")
-        compare(h_next, expected_h, f"{what}: h'", mistakes)
-        compare(c_next, expected_c, f"{what}: c'", {
-            "the old cell c: return the updated cell c' = f * c + i * g": c,
-            "tanh(c'): the cell itself is returned, tanh(c') only goes into h'": torch.tanh(expected_c),
-        })
-    passed(f"lstm_cell equals torch's nn.LSTMCell on {len(cases)} inputs" + hidden_note(hidden))
+        sizes += [(3, 5, 2), (1, 4, 6), (4, 1, 1)]
+    cases = [_lstm_case(100 + seed, *size) for seed, size in enumerate(sizes)]
+    run(LSTM_CELL, learner_fn, cases, hidden)
 
 
 # ----------------------------------------------------------------------------------------------
 # Exercise 3: path lengths
 # ----------------------------------------------------------------------------------------------
+
+Question = tuple[int, int, str, int]  # (i, j, layer, kernel_size)
+
+
+def _path_call(i: int, j: int, layer: str, k: int) -> str:
+    return f"path_length({i}, {j}, {layer!r}, kernel_size={k})"
 
 
 def _path_mistakes(i: int, j: int, layer: str, k: int) -> dict[str, int]:
@@ -243,6 +257,36 @@ def _path_mistakes(i: int, j: int, layer: str, k: int) -> dict[str, int]:
     return {name: (value if rule_layer == layer else right) for name, (rule_layer, value) in rules.items()}
 
 
+def _keep_int(answer: object, what: str, answers: list[int]) -> None:
+    """An int, added to `answers`: they are judged together once every question is answered."""
+    if isinstance(answer, bool) or not isinstance(answer, int):
+        raise CheckFailed(f"{what} must return an int, got {answer!r} ({type(answer).__name__}); "
+                          "math.ceil gives an int")
+    answers.append(answer)
+
+
+def _mistake_tables(questions: list[Question]) -> dict[str, list[int]]:
+    """Each usual mistake's answers to all the questions."""
+    tables: dict[str, list[int]] = {}
+    for question in questions:
+        for name, value in _path_mistakes(*question).items():
+            tables.setdefault(name, []).append(value)
+    return tables
+
+
+def _judge_answers(questions: list[Question], answers: list[int], expected: list[int],
+                   mistake_tables: dict[str, list[int]]) -> None:
+    """The whole table at once: a usual mistake changes one layer's rule, so it shows in the table
+    (one answer alone may equal the right one). Else the first question answered wrong."""
+    if answers == expected:
+        return
+    for name, table in mistake_tables.items():
+        if answers == table:
+            raise CheckFailed(f"your path_length {name}")
+    n = next(n for n, (a, e) in enumerate(zip(answers, expected)) if a != e)
+    raise CheckFailed(f"{_path_call(*questions[n])} returned {answers[n]}, expected {expected[n]}")
+
+
 @isolated
 def check_path_length(learner_fn, hidden: bool = False) -> None:
     """path_length(i, j, layer, kernel_size=3) for every layer type on a grid of positions."""
@@ -251,29 +295,14 @@ def check_path_length(learner_fn, hidden: bool = False) -> None:
     if hidden:
         questions += [(7, 7 + d, "convolution", k) for d in (1, 3, 4, 9, 31) for k in (2, 3, 5)]
         questions += [(3, 3 + d, layer, 5) for d in (0, 1, 8, 1000) for layer in LAYERS]
-    expected, answers = [], []
-    mistake_tables: dict[str, list[int]] = {}
-    for i, j, layer, k in questions:
-        expected.append(reference_path_length(i, j, layer, k))
-        for name, value in _path_mistakes(i, j, layer, k).items():
-            mistake_tables.setdefault(name, []).append(value)
-    with off_limits(PATH_OFF_LIMITS, "path length", learner_namespaces(learner_fn)):
-        for i, j, layer, k in questions:
-            answer = call_learner(f"path_length({i}, {j}, {layer!r}, kernel_size={k})", learner_fn, i, j, layer,
-                                  kernel_size=k)
-            if isinstance(answer, bool) or not isinstance(answer, int):
-                raise CheckFailed(f"path_length({i}, {j}, {layer!r}, kernel_size={k}) must return an int, got "
-                                  f"{answer!r} ({type(answer).__name__}); math.ceil gives an int")
-            answers.append(answer)
-    if answers == expected:
-        passed(f"path_length answers all {len(questions)} questions" + hidden_note(hidden))
-        return
-    for name, table in mistake_tables.items():
-        if answers == table:
-            raise CheckFailed(f"your path_length {name}")
-    n = next(n for n, (a, e) in enumerate(zip(answers, expected)) if a != e)
-    i, j, layer, k = questions[n]
-    raise CheckFailed(f"path_length({i}, {j}, {layer!r}, kernel_size={k}) returned {answers[n]}, expected {expected[n]}")
+    expected = [reference_path_length(*question) for question in questions]
+    mistake_tables = _mistake_tables(questions)
+    answers: list[int] = []  # filled by the cases, judged by _judge_answers
+    cases = [Case(_path_call(i, j, layer, k), (i, j, layer), {"kernel_size": k},
+                  inspect=functools.partial(_keep_int, what=_path_call(i, j, layer, k), answers=answers))
+             for i, j, layer, k in questions]
+    run(PATH_LENGTH, learner_fn, cases, hidden,
+        then=functools.partial(_judge_answers, questions, answers, expected, mistake_tables))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -281,71 +310,90 @@ def check_path_length(learner_fn, hidden: bool = False) -> None:
 # ----------------------------------------------------------------------------------------------
 
 
+def _recall_mistakes(batch: int, length: int, n_keys: int, n_distractors: int, gen: Callable[[], torch.Generator],
+                     x_ref: Tensor, y_ref: Tensor) -> dict[str, Tensor]:
+    """The x that each usual mistake draws from the same seeded generator."""
+    g = gen()
+    swapped_d = torch.randint(n_keys, n_keys + n_distractors, (batch, length - 1), generator=g)
+    swapped_k = torch.randint(0, n_keys, (batch,), generator=g)
+    g = gen()
+    keys = torch.randint(0, n_keys, (batch,), generator=g)
+    anything = torch.randint(0, n_keys + n_distractors, (batch, length - 1), generator=g)
+    mistakes = {
+        "a batch whose distractors are drawn from *all* symbols: draw them from "
+        "[n_keys, n_keys + n_distractors) so that the key is the only key in the sequence":
+            torch.cat([keys[:, None], anything], dim=1),
+        "a batch with the key at the *end*: put it first, as far as possible from where the model answers":
+            torch.cat([x_ref[:, 1:], y_ref[:, None]], dim=1),
+        "a batch drawn in another order: draw the keys first, then the distractors":
+            torch.cat([swapped_k[:, None], swapped_d], dim=1),
+    }
+    g = gen()
+    keys = torch.randint(0, n_keys, (batch,), generator=g)
+    overwritten = torch.randint(n_keys, n_keys + n_distractors, (batch, length), generator=g)
+    overwritten[:, 0] = keys
+    mistakes["a batch of `length` distractors whose first one is overwritten by the key: draw "
+             "(batch_size, length - 1) distractors and put the key in front"] = overwritten
+    if n_keys > 1:  # torch.randint's upper end is exclusive: "- 1" leaves a symbol out
+        g = gen()
+        keys = torch.randint(0, n_keys - 1, (batch,), generator=g)
+        rest = torch.randint(n_keys, n_keys + n_distractors, (batch, length - 1), generator=g)
+        mistakes["a batch whose keys are drawn from [0, n_keys - 1): torch.randint's high is exclusive, "
+                 "so torch.randint(0, n_keys, ...) already includes n_keys - 1"] = \
+            torch.cat([keys[:, None], rest], dim=1)
+    if n_distractors > 1:
+        g = gen()
+        keys = torch.randint(0, n_keys, (batch,), generator=g)
+        rest = torch.randint(n_keys, n_keys + n_distractors - 1, (batch, length - 1), generator=g)
+        mistakes["a batch whose distractors are drawn from [n_keys, n_keys + n_distractors - 1): "
+                 "torch.randint's high is exclusive, so use n_keys + n_distractors"] = \
+            torch.cat([keys[:, None], rest], dim=1)
+    return mistakes
+
+
+def _call_twice(learner_fn, what: str, sizes: tuple[int, ...], gen: Callable[[], torch.Generator]) -> tuple:
+    """Two calls, each with a fresh generator seeded alike: the batch must come from the generator alone."""
+    return (call_learner(what, learner_fn, *sizes, gen()), call_learner(what, learner_fn, *sizes, gen()))
+
+
+def _expect_recall_batch(results: tuple, what: str, x_ref: Tensor, x_mistakes: dict[str, Tensor], y_ref: Tensor,
+                         y_mistakes: dict[str, Tensor]) -> None:
+    """The pair (x, y) of the first call, x drawn again alike by the second."""
+    result, again = results
+    if not (isinstance(result, tuple) and len(result) == 2):
+        raise CheckFailed(f"{what} must return a pair (x, y), got {type(result).__name__}")
+    x, y = result
+    if isinstance(x, Tensor) and x.shape != x_ref.shape:
+        raise CheckFailed(f"{what}: x should have shape {tuple(x_ref.shape)} — the key plus length - 1 "
+                          f"distractors — got {tuple(x.shape)}")
+    if isinstance(x, Tensor) and not torch.equal(x, again[0]):
+        raise CheckFailed(f"{what}: two calls with equally seeded generators gave different batches: draw "
+                          f"every random number with generator=generator")
+    compare(x, x_ref, f"{what}: x", x_mistakes, atol=0, rtol=0)
+    if isinstance(y, Tensor) and y.shape == (y_ref.shape[0], 1):
+        raise CheckFailed(f"{what}: y has shape {tuple(y.shape)}, the keys as a column: return them as "
+                          f"shape (batch_size,) = {tuple(y_ref.shape)}")
+    compare(y, y_ref, f"{what}: y", y_mistakes, atol=0, rtol=0)
+
+
+def _recall_case(seed: int, batch: int, length: int, n_keys: int, n_distractors: int) -> Case:
+    gen = functools.partial(seeded, seed)  # a fresh generator, seeded alike, for every draw
+    x_ref, y_ref = reference_recall_batch(batch, length, n_keys, n_distractors, gen())
+    what = f"make_recall_batch({batch}, length={length}, n_keys={n_keys}, n_distractors={n_distractors})"
+    y_mistakes = {"the last token of x: y is the key, the *first* token": x_ref[:, -1]} if length > 1 else {}
+    return Case(what, call=functools.partial(_call_twice, what=what, sizes=(batch, length, n_keys, n_distractors),
+                                             gen=gen),
+                inspect=functools.partial(
+                    _expect_recall_batch, what=what, x_ref=x_ref, y_ref=y_ref, y_mistakes=y_mistakes,
+                    x_mistakes=_recall_mistakes(batch, length, n_keys, n_distractors, gen, x_ref, y_ref)))
+
+
 @isolated
 def check_recall_batch(learner_fn, hidden: bool = False) -> None:
     """make_recall_batch(batch_size, length, n_keys, n_distractors, generator) -> (x (B, length), y (B,))."""
-    cases = [(4, 10, 8, 16), (1, 2, 3, 5)]
+    sizes = [(4, 10, 8, 16), (1, 2, 3, 5)]
     if hidden:
-        cases += [(6, 1, 4, 4),  # a sequence that is only the key
+        sizes += [(6, 1, 4, 4),  # a sequence that is only the key
                   (3, 50, 2, 30), (5, 7, 10, 1)]
-    for seed, (batch, length, n_keys, n_distractors) in enumerate(cases):
-        def gen() -> torch.Generator:
-            return torch.Generator().manual_seed(1000 + seed)
-
-        x_ref, y_ref = reference_recall_batch(batch, length, n_keys, n_distractors, gen())
-        g = gen()
-        swapped_d = torch.randint(n_keys, n_keys + n_distractors, (batch, length - 1), generator=g)
-        swapped_k = torch.randint(0, n_keys, (batch,), generator=g)
-        g = gen()
-        keys = torch.randint(0, n_keys, (batch,), generator=g)
-        anything = torch.randint(0, n_keys + n_distractors, (batch, length - 1), generator=g)
-        x_mistakes = {
-            "a batch whose distractors are drawn from *all* symbols: draw them from "
-            "[n_keys, n_keys + n_distractors) so that the key is the only key in the sequence":
-                torch.cat([keys[:, None], anything], dim=1),
-            "a batch with the key at the *end*: put it first, as far as possible from where the model answers":
-                torch.cat([x_ref[:, 1:], y_ref[:, None]], dim=1),
-            "a batch drawn in another order: draw the keys first, then the distractors":
-                torch.cat([swapped_k[:, None], swapped_d], dim=1),
-        }
-        g = gen()
-        keys = torch.randint(0, n_keys, (batch,), generator=g)
-        overwritten = torch.randint(n_keys, n_keys + n_distractors, (batch, length), generator=g)
-        overwritten[:, 0] = keys
-        x_mistakes["a batch of `length` distractors whose first one is overwritten by the key: draw "
-                   "(batch_size, length - 1) distractors and put the key in front"] = overwritten
-        if n_keys > 1:  # torch.randint's upper end is exclusive: "- 1" leaves a symbol out
-            g = gen()
-            keys = torch.randint(0, n_keys - 1, (batch,), generator=g)
-            rest = torch.randint(n_keys, n_keys + n_distractors, (batch, length - 1), generator=g)
-            x_mistakes["a batch whose keys are drawn from [0, n_keys - 1): torch.randint's high is exclusive, "
-                       "so torch.randint(0, n_keys, ...) already includes n_keys - 1"] = \
-                torch.cat([keys[:, None], rest], dim=1)
-        if n_distractors > 1:
-            g = gen()
-            keys = torch.randint(0, n_keys, (batch,), generator=g)
-            rest = torch.randint(n_keys, n_keys + n_distractors - 1, (batch, length - 1), generator=g)
-            x_mistakes["a batch whose distractors are drawn from [n_keys, n_keys + n_distractors - 1): "
-                       "torch.randint's high is exclusive, so use n_keys + n_distractors"] = \
-                torch.cat([keys[:, None], rest], dim=1)
-        what = f"make_recall_batch({batch}, length={length}, n_keys={n_keys}, n_distractors={n_distractors})"
-        with off_limits(RECALL_OFF_LIMITS, "recall batch", learner_namespaces(learner_fn)):
-            result = call_learner(what, learner_fn, batch, length, n_keys, n_distractors, gen())
-            again = call_learner(what, learner_fn, batch, length, n_keys, n_distractors, gen())
-        if not (isinstance(result, tuple) and len(result) == 2):
-            raise CheckFailed(f"{what} must return a pair (x, y), got {type(result).__name__}")
-        x, y = result
-        if isinstance(x, Tensor) and x.shape != x_ref.shape:
-            raise CheckFailed(f"{what}: x should have shape {tuple(x_ref.shape)} — the key plus length - 1 "
-                              f"distractors — got {tuple(x.shape)}")
-        if isinstance(x, Tensor) and not torch.equal(x, again[0]):
-            raise CheckFailed(f"{what}: two calls with equally seeded generators gave different batches: draw "
-                              f"every random number with generator=generator")
-        compare(x, x_ref, f"{what}: x", x_mistakes, atol=0, rtol=0)
-        if isinstance(y, Tensor) and y.shape == (batch, 1):
-            raise CheckFailed(f"{what}: y has shape {tuple(y.shape)}, the keys as a column: return them as "
-                              f"shape (batch_size,) = {tuple(y_ref.shape)}")
-        compare(y, y_ref, f"{what}: y", {"the last token of x: y is the key, the *first* token":
-                                          x_ref[:, -1]} if length > 1 else {}, atol=0, rtol=0)
-    passed(f"make_recall_batch matches the reference on {len(cases)} batches"
-           + hidden_note(hidden))
+    cases = [_recall_case(1000 + seed, *size) for seed, size in enumerate(sizes)]
+    run(RECALL_BATCH, learner_fn, cases, hidden)

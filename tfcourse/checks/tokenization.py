@@ -2,23 +2,24 @@
 BPE training, and encoding / decoding with the learned merges.
 
 Tokenizers work on Python objects (str, bytes, tuples, dicts), not tensors, so the comparisons
-here are exact equality; `_expect_equal` plays the role `compare` plays for tensors. Each usual
-mistake is *computed* by a small wrong implementation below, and a learner whose output equals
-one of them is told which.
+here are exact equality: each case's `inspect`, made by `_equal_to`, plays the role `compare`
+plays for tensors, and also checks the inputs were left alone (`run` watches only tensors). Each
+usual mistake is *computed* by a small wrong implementation below, and a learner whose output
+equals one of them is told which.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import random
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..tokenizers import BPETokenizer, CharTokenizer, count_pairs, count_pretokens, merge_word, pretokenize
 from ..tokenizers import split_on_special_tokens, train_bpe
-from .core import (isolated, composite, composite, CheckFailed, OffLimitsError, call_learner, hidden_note, learner_namespaces, off_limits,
-                   passed)
+from .core import Case, CheckFailed, Exercise, OffLimitsError, call_learner, composite, isolated, run
 
 EOT = "<|endoftext|>"
 
@@ -27,21 +28,28 @@ CHAR_OFF_LIMITS = [
     "tfcourse.tokenizers.CharTokenizer.encode",
     "tfcourse.tokenizers.CharTokenizer.decode",
 ]
+CHAR_TOKENIZER = Exercise("character tokenizer", CHAR_OFF_LIMITS, "CharTokenizer matches the reference on {n} texts")
 COUNT_PAIRS_OFF_LIMITS = ["tfcourse.tokenizers.count_pairs", "tfcourse.tokenizers._PairStatistics"]
+COUNT_PAIRS = Exercise("count_pairs", COUNT_PAIRS_OFF_LIMITS, "count_pairs matches the reference on {n} inputs")
 MERGE_WORD_OFF_LIMITS = ["tfcourse.tokenizers.merge_word"]
+MERGE_WORD = Exercise("merge_word", MERGE_WORD_OFF_LIMITS, "merge_word matches the reference on {n} words")
 TRAIN_BPE_OFF_LIMITS = [
     "tfcourse.tokenizers.train_bpe",
     "tfcourse.tokenizers._PairStatistics",
     "tfcourse.tokenizers._build_vocab",
     "tfcourse.tokenizers.BPETokenizer",
 ]
+TRAIN_BPE = Exercise("train_bpe", TRAIN_BPE_OFF_LIMITS,
+                     "train_bpe learns the same merges and vocabulary as the reference on {n} texts")
 ENCODE_OFF_LIMITS = [
     "tfcourse.tokenizers.BPETokenizer",
     "tfcourse.tokenizers.BPETokenizer.encode",
     "tfcourse.tokenizers.BPETokenizer.encode_iterable",
     "tfcourse.tokenizers.BPETokenizer._encode_pretoken",
 ]
+BPE_ENCODE = Exercise("bpe_encode", ENCODE_OFF_LIMITS, "bpe_encode matches BPETokenizer.encode on {n} texts")
 DECODE_OFF_LIMITS = ["tfcourse.tokenizers.BPETokenizer", "tfcourse.tokenizers.BPETokenizer.decode"]
+BPE_DECODE = Exercise("bpe_decode", DECODE_OFF_LIMITS, "bpe_decode matches BPETokenizer.decode on {n} id sequences")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -54,19 +62,38 @@ def _short(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def _named_mistake(actual: Any, expected: Any, mistakes: Mapping[str, Any]) -> str | None:
+    """The first usual mistake whose output `actual` equals (one that gives the right answer here names nothing)."""
+    return next((description for description, wrong in mistakes.items() if wrong != expected and actual == wrong),
+                None)
+
+
 def _expect_equal(actual: Any, expected: Any, what: str, mistakes: Mapping[str, Any] | None = None) -> None:
     """Fail with one line unless actual == expected; name the first mistake whose output it equals."""
     if actual == expected:
         return
-    for description, wrong in (mistakes or {}).items():
-        if wrong != expected and actual == wrong:
-            raise CheckFailed(f"{what}: your output equals {description}")
+    mistake = _named_mistake(actual, expected, mistakes or {})
+    if mistake is not None:
+        raise CheckFailed(f"{what}: your output equals {mistake}")
     raise CheckFailed(f"{what}: expected {_short(expected)}, got {_short(actual)}")
 
 
-def _expect_untouched(before: Any, after: Any, what: str, name: str) -> None:
-    if before != after:
-        raise CheckFailed(f"{what}: your code modified its input `{name}`; work on a copy instead")
+def _equal_to(expected: Any, what: str, mistakes: Mapping[str, Any] | None = None, *,
+              as_value: Callable[[Any, str], Any] | None = None,
+              untouched: Mapping[str, Any] | None = None) -> Callable[[Any], None]:
+    """A case's `inspect` for an output that is a Python value: the inputs in `untouched` (name ->
+    input) still as they are now, the output made a plain value by `as_value(output, what)` (which
+    fails on a wrong type), then equal to `expected`, or named after the mistake it equals."""
+    untouched = untouched or {}
+    before = copy.deepcopy(untouched)  # now, while the cases are built: before any of the learner's code runs
+
+    def inspect(actual: Any) -> None:
+        for name, value in untouched.items():
+            if before[name] != value:
+                raise CheckFailed(f"{what}: your code modified its input `{name}`; work on a copy instead")
+        _expect_equal(as_value(actual, what) if as_value is not None else actual, expected, what, mistakes)
+
+    return inspect
 
 
 def _id_list(value: Any, what: str) -> list[int]:
@@ -105,59 +132,81 @@ def _generated_text(seed: int, n_words: int = 300) -> str:
 # ----------------------------------------------------------------------------------------------
 
 
-@isolated
-def check_char_tokenizer(learner_cls, hidden: bool = False) -> None:
-    """CharTokenizer(text): ids are positions in sorted(set(text)); encode -> list[int], decode -> str."""
-    cases = [  # (training text, text to encode)
+def _char_texts(hidden: bool) -> list[tuple[str, str]]:
+    texts = [  # (training text, text to encode)
         ("The cat sits on the mat", "The cat sits on the mat"),
         ("今天天气真好", "今天天气真好"),
         ("baca", "cab"),
     ]
     if hidden:
-        cases += [
+        texts += [
             ("x", "xxx"),  # a vocabulary of one character
             ("x", ""),  # nothing to encode
             ("Hello, world!\n\tbye 🙂", "bye, world 🙂\n"),
             ("猫追狗，狗追猫。", "狗追猫"),
         ]
-    for train, text in cases:
-        reference = CharTokenizer.from_text(train)
-        expected_ids = reference.encode(text)
-        first_seen = list(dict.fromkeys(train))
-        with_repeats = {ch: i for i, ch in enumerate(sorted(train))}  # keeps the last index of a repeat
-        mistakes = {
-            "the ids in the order the characters first appear in the text; sort the distinct characters "
-            "(sorted(set(text))) so the same characters always get the same ids": [first_seen.index(c) for c in text],
-            "the ids counted from 1; an id is a position in the sorted vocabulary, starting at 0":
-                [i + 1 for i in expected_ids],
-            "the ids of sorted(text), which keeps repeated characters; the vocabulary is "
-            "sorted(set(text)), each character once": [with_repeats[c] for c in text],
-        }
-        what = f"CharTokenizer({_short(train, 30)}).encode({_short(text, 30)})"
-        with off_limits(CHAR_OFF_LIMITS, "character tokenizer", learner_namespaces(learner_cls)):
-            tokenizer = call_learner(f"CharTokenizer({_short(train, 30)})", learner_cls, train)
-            ids = call_learner(what, tokenizer.encode, text)
-            decoded = call_learner(f"decode({expected_ids})", tokenizer.decode, list(expected_ids))
+    return texts
+
+
+def _char_mistakes(train: str, text: str, expected_ids: list[int]) -> dict[str, list[int]]:
+    first_seen = list(dict.fromkeys(train))
+    with_repeats = {ch: i for i, ch in enumerate(sorted(train))}  # keeps the last index of a repeat
+    return {
+        "the ids in the order the characters first appear in the text; sort the distinct characters "
+        "(sorted(set(text))) so the same characters always get the same ids": [first_seen.index(c) for c in text],
+        "the ids counted from 1; an id is a position in the sorted vocabulary, starting at 0":
+            [i + 1 for i in expected_ids],
+        "the ids of sorted(text), which keeps repeated characters; the vocabulary is "
+        "sorted(set(text)), each character once": [with_repeats[c] for c in text],
+    }
+
+
+def _char_case(train: str, text: str) -> Case:
+    reference = CharTokenizer.from_text(train)
+    expected_ids, vocab_size = reference.encode(text), reference.vocab_size
+    mistakes = _char_mistakes(train, text, expected_ids)
+    built = f"CharTokenizer({_short(train, 30)})"
+    what = f"{built}.encode({_short(text, 30)})"
+
+    def build_encode_decode(learner_cls: Any) -> tuple[Any, Any, Any]:
+        tokenizer = call_learner(built, learner_cls, train)
+        ids = call_learner(what, tokenizer.encode, text)
+        decoded = call_learner(f"decode({expected_ids})", tokenizer.decode, list(expected_ids))
+        return tokenizer, ids, decoded
+
+    def inspect(result: tuple[Any, Any, Any]) -> None:
+        tokenizer, ids, decoded = result
         _expect_equal(_id_list(ids, what), expected_ids, what, mistakes)
         where = f"decode({_short(expected_ids, 40)})"
         _expect_equal(_text(decoded, where), text, where)
         size = getattr(tokenizer, "vocab_size", None)
-        if size != reference.vocab_size:
-            raise CheckFailed(f"CharTokenizer({_short(train, 30)}).vocab_size: expected {reference.vocab_size} "
-                              f"(the number of distinct characters), got {_short(size)}")
-    # A character that was never seen has no id: inventing one would silently corrupt the data.
-    with off_limits(CHAR_OFF_LIMITS, "character tokenizer", learner_namespaces(learner_cls)):
-        tokenizer = call_learner("CharTokenizer('abc')", learner_cls, "abc")
-        try:
-            result = tokenizer.encode("abz")
-        except (CheckFailed, NotImplementedError):
-            raise
-        except Exception:  # noqa: BLE001 - any error is the right answer here
-            result = None
+        if size != vocab_size:
+            raise CheckFailed(f"{built}.vocab_size: expected {vocab_size} (the number of distinct characters), "
+                              f"got {_short(size)}")
+
+    return Case(what, call=build_encode_decode, inspect=inspect)
+
+
+def _expect_unknown_character_refused(learner_cls: Any) -> None:
+    """A character that was never seen has no id: inventing one would silently corrupt the data."""
+    tokenizer = call_learner("CharTokenizer('abc')", learner_cls, "abc")
+    try:
+        result = tokenizer.encode("abz")
+    except (CheckFailed, NotImplementedError):
+        raise
+    except Exception:  # noqa: BLE001 - any error is the right answer here
+        return
     if result is not None:
         raise CheckFailed(f"CharTokenizer('abc').encode('abz') returned {_short(result)}, but 'z' is not in the "
                           f"vocabulary: raise an error (a KeyError or ValueError) instead of inventing an id")
-    passed(f"CharTokenizer matches the reference on {len(cases)} texts" + hidden_note(hidden))
+
+
+@isolated
+def check_char_tokenizer(learner_cls, hidden: bool = False) -> None:
+    """CharTokenizer(text): ids are positions in sorted(set(text)); encode -> list[int], decode -> str."""
+    cases = [_char_case(train, text) for train, text in _char_texts(hidden)]
+    run(CHAR_TOKENIZER, learner_cls, cases, hidden,
+        then=functools.partial(_expect_unknown_character_refused, learner_cls))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -215,7 +264,8 @@ def _pair_count_cases(hidden: bool) -> list[dict]:
     return cases
 
 
-def _check_pair_counts(actual: Any, what: str) -> dict:
+def _pair_counts(actual: Any, what: str) -> dict:
+    """The learner's counts as a plain dict, once its keys are pairs of bytes and its counts ints."""
     if not isinstance(actual, Mapping):
         raise CheckFailed(f"{what}: expected a dict (or Counter) mapping pairs to counts, got {type(actual).__name__}")
     for key, value in actual.items():
@@ -227,29 +277,28 @@ def _check_pair_counts(actual: Any, what: str) -> dict:
     return {key: value for key, value in actual.items() if value != 0}  # a Counter may keep zeros
 
 
+def _count_pairs_case(word_freqs: dict) -> Case:
+    mistakes = {
+        "the counts *without* the word frequencies: add `freq` for each occurrence, not 1":
+            _pairs_ignoring_frequency(word_freqs),
+        "the counts with each pair counted at most once per word: (a, a, a, a) contains the pair (a, a) three times":
+            _pairs_once_per_word(word_freqs),
+        "the non-overlapping counts: (a, a, a, a) contains (a, a) three times (at positions 0, 1 and 2), "
+        "not twice": _pairs_non_overlapping(word_freqs),
+        "the counts *without* the last pair of each word: a word of n tokens has n - 1 adjacent pairs":
+            _pairs_without_last(word_freqs),
+    }
+    what = f"count_pairs({_short(word_freqs, 50)})"
+    expected = dict(count_pairs(word_freqs))
+    return Case(what, (word_freqs,), inspect=_equal_to(expected, what, mistakes, as_value=_pair_counts,
+                                                       untouched={"word_freqs": word_freqs}))
+
+
 @isolated
 def check_count_pairs(learner_fn, hidden: bool = False) -> None:
     """count_pairs(word_freqs) -> {(left, right): total count}, each word weighted by its frequency."""
-    cases = _pair_count_cases(hidden)
-    for word_freqs in cases:
-        expected = dict(count_pairs(word_freqs))
-        mistakes = {
-            "the counts *without* the word frequencies: add `freq` for each occurrence, not 1":
-                _pairs_ignoring_frequency(word_freqs),
-            "the counts with each pair counted at most once per word: (a, a, a, a) contains the pair (a, a) three times":
-                _pairs_once_per_word(word_freqs),
-            "the non-overlapping counts: (a, a, a, a) contains (a, a) three times (at positions 0, 1 and 2), "
-            "not twice": _pairs_non_overlapping(word_freqs),
-            "the counts *without* the last pair of each word: a word of n tokens has n - 1 adjacent pairs":
-                _pairs_without_last(word_freqs),
-        }
-        what = f"count_pairs({_short(word_freqs, 50)})"
-        before = copy.deepcopy(word_freqs)
-        with off_limits(COUNT_PAIRS_OFF_LIMITS, "count_pairs", learner_namespaces(learner_fn)):
-            actual = call_learner(what, learner_fn, word_freqs)
-        _expect_untouched(before, word_freqs, what, "word_freqs")
-        _expect_equal(_check_pair_counts(actual, what), expected, what, mistakes)
-    passed(f"count_pairs matches the reference on {len(cases)} inputs" + hidden_note(hidden))
+    cases = [_count_pairs_case(word_freqs) for word_freqs in _pair_count_cases(hidden)]
+    run(COUNT_PAIRS, learner_fn, cases, hidden)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -308,32 +357,37 @@ def _merge_cases(hidden: bool) -> list[tuple[tuple, tuple]]:
     return cases
 
 
+def _merged_word(actual: Any, what: str) -> tuple:
+    """The learner's merged word, once it is known to be a tuple of bytes tokens."""
+    if isinstance(actual, list):
+        raise CheckFailed(f"{what}: return a tuple, not a list (words are dict keys, so they must be tuples)")
+    if not isinstance(actual, tuple):
+        raise CheckFailed(f"{what}: expected a tuple of bytes tokens, got {type(actual).__name__}")
+    for token in actual:
+        if not isinstance(token, bytes):
+            raise CheckFailed(f"{what}: every token must be a bytes object; a merged token is left + right "
+                              f"(one bytes object), got {_short(token)}")
+    return actual
+
+
+def _merge_word_case(word: tuple, pair: tuple) -> Case:
+    mistakes = {
+        "a merge of *overlapping* occurrences; after merging a pair, skip past both of its tokens: "
+        "(a, a, a) becomes (aa, a)": _merge_overlapping(word, pair),
+        "a merge scanned from the right; scan left to right: (a, a, a) becomes (aa, a), not (a, aa)":
+            _merge_from_right(word, pair),
+        "a merge of only the *first* occurrence; merge every occurrence": _merge_first_only(word, pair),
+    }
+    what = f"merge_word({word}, {pair})"
+    expected = merge_word(word, pair)
+    return Case(what, (word, pair), inspect=_equal_to(expected, what, mistakes, as_value=_merged_word))
+
+
 @isolated
 def check_merge_word(learner_fn, hidden: bool = False) -> None:
     """merge_word(word, pair): every occurrence of pair, left to right, without overlaps."""
-    cases = _merge_cases(hidden)
-    for word, pair in cases:
-        expected = merge_word(word, pair)
-        mistakes = {
-            "a merge of *overlapping* occurrences; after merging a pair, skip past both of its tokens: "
-            "(a, a, a) becomes (aa, a)": _merge_overlapping(word, pair),
-            "a merge scanned from the right; scan left to right: (a, a, a) becomes (aa, a), not (a, aa)":
-                _merge_from_right(word, pair),
-            "a merge of only the *first* occurrence; merge every occurrence": _merge_first_only(word, pair),
-        }
-        what = f"merge_word({word}, {pair})"
-        with off_limits(MERGE_WORD_OFF_LIMITS, "merge_word", learner_namespaces(learner_fn)):
-            actual = call_learner(what, learner_fn, word, pair)
-        if isinstance(actual, list):
-            raise CheckFailed(f"{what}: return a tuple, not a list (words are dict keys, so they must be tuples)")
-        if not isinstance(actual, tuple):
-            raise CheckFailed(f"{what}: expected a tuple of bytes tokens, got {type(actual).__name__}")
-        for token in actual:
-            if not isinstance(token, bytes):
-                raise CheckFailed(f"{what}: every token must be a bytes object; a merged token is left + right "
-                                  f"(one bytes object), got {_short(token)}")
-        _expect_equal(actual, expected, what, mistakes)
-    passed(f"merge_word matches the reference on {len(cases)} words" + hidden_note(hidden))
+    cases = [_merge_word_case(word, pair) for word, pair in _merge_cases(hidden)]
+    run(MERGE_WORD, learner_fn, cases, hidden)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -390,13 +444,38 @@ def _first_difference(actual: list, expected: list) -> int:
     return min(len(actual), len(expected))
 
 
-def _diagnose_merge(text, special_tokens, expected, actual, k, what) -> str:
-    """Why merge #k differs: replay the right merges up to k and look at the pair counts there."""
+def _train_mistakes(text: str, vocab_size: int, specials: list[str]) -> dict[str, list]:
+    return {
+        "the merges with ties broken by comparing the joined bytes left + right; compare the pairs as "
+        "tuples: (b'ab', b'c') > (b'a', b'z') because b'ab' > b'a'":
+            _variant_train_bpe(text, vocab_size, specials, tie="joined"),
+        "the merges with ties broken toward the *smallest* pair; among equally frequent pairs the "
+        "lexicographically greatest wins: max over (count, pair)":
+            _variant_train_bpe(text, vocab_size, specials, tie="smallest"),
+        "the merges with ties broken by whichever pair was counted first; among equally frequent pairs "
+        "the lexicographically greatest wins": _variant_train_bpe(text, vocab_size, specials, tie="first"),
+        "the merges learned with the special tokens treated as text; pass special_tokens to "
+        "count_pretokens so they are cut out first and never merged":
+            _variant_train_bpe(text, vocab_size, specials, specials_as_text=True),
+        "the merges of a run that left no ids for the special tokens (too many merges): "
+        "256 bytes + merges + special tokens = vocab_size":
+            _variant_train_bpe(text, vocab_size, specials, count_specials=False),
+    }
+
+
+def _pair_counts_before_each_merge(text: str, special_tokens: list[str], merges: list) -> list[Counter]:
+    """The pair counts each right merge is chosen from (#k: after the first k merges), to say why a
+    learner's merge #k differs."""
     words = count_pretokens(text, special_tokens)
-    for pair in expected[:k]:
+    counts = []
+    for pair in merges:
+        counts.append(count_pairs(words))
         words = {merge_word(word, pair): freq for word, freq in words.items()}
-    counts = count_pairs(words)
-    right, wrong = expected[k], actual[k]
+    return counts
+
+
+def _diagnose_merge(counts: Counter, right: tuple, wrong: Any, k: int, what: str) -> str:
+    """Why merge #k is `wrong`, not `right`, from the pair counts it should have been chosen from."""
     if not (isinstance(wrong, tuple) and len(wrong) == 2 and all(isinstance(t, bytes) for t in wrong)):
         return f"{what}: merge #{k} must be a pair (left, right) of bytes tokens, got {_short(wrong)}"
     if wrong not in counts:
@@ -408,73 +487,76 @@ def _diagnose_merge(text, special_tokens, expected, actual, k, what) -> str:
     return f"{what}: merge #{k} is {wrong} (count {counts[wrong]}), but {right} occurs {counts[right]} times"
 
 
+def _expect_merges(merges: Any, expected: list, mistakes: Mapping[str, list], counts_before: list[Counter],
+                   what: str) -> None:
+    if not isinstance(merges, list):
+        raise CheckFailed(f"{what}: merges must be a list of pairs, got {type(merges).__name__}")
+    if merges == expected:
+        return
+    mistake = _named_mistake(merges, expected, mistakes)
+    if mistake is not None:
+        raise CheckFailed(f"{what}: your output equals {mistake}")
+    k = _first_difference(merges, expected)
+    if k == len(expected):
+        raise CheckFailed(f"{what}: expected {len(expected)} merges, got {len(merges)}; 256 bytes + "
+                          f"merges + special tokens = vocab_size, and training stops when no pair is left")
+    if k == len(merges):
+        raise CheckFailed(f"{what}: expected {len(expected)} merges, got only {len(merges)} (the first "
+                          f"{k} are right)")
+    raise CheckFailed(_diagnose_merge(counts_before[k], expected[k], merges[k], k, what))
+
+
+def _expect_vocab(vocab: Any, expected_vocab: dict[int, bytes], n_merges: int, what: str) -> None:
+    if not isinstance(vocab, dict):
+        raise CheckFailed(f"{what}: vocab must be a dict id -> bytes, got {type(vocab).__name__}")
+    if vocab == expected_vocab:
+        return
+    if any(vocab.get(i) != bytes([i]) for i in range(256)):
+        raise CheckFailed(f"{what}: vocab[i] must be bytes([i]) for i in 0..255: the 256 single bytes "
+                          f"come first")
+    for i in sorted(expected_vocab):
+        if vocab.get(i) != expected_vocab[i]:
+            where = "a merge (left + right)" if i < 256 + n_merges else "a special token (UTF-8)"
+            raise CheckFailed(f"{what}: vocab[{i}] should be {expected_vocab[i]!r}, {where}, got "
+                              f"{_short(vocab.get(i))}; the layout is bytes, then merges in order, "
+                              f"then special tokens")
+    raise CheckFailed(f"{what}: vocab has {len(vocab)} ids, expected {len(expected_vocab)}")
+
+
+def _train_case(text: str, vocab_size: int, specials: list[str]) -> Case:
+    expected_vocab, expected = train_bpe(text, vocab_size, specials)
+    mistakes = _train_mistakes(text, vocab_size, specials)
+    counts_before = _pair_counts_before_each_merge(text, specials, expected)
+    what = f"train_bpe({_short(text, 40)}, {vocab_size}, {specials})"
+
+    def train(learner_fn: Any) -> Any:
+        try:
+            return call_learner(what, learner_fn, text, vocab_size, specials)
+        except CheckFailed as error:
+            # max() of the pair counts once none is left: the loop ran on after every pre-token was one token
+            if isinstance(error, OffLimitsError) or not isinstance(error.__cause__, ValueError) \
+                    or "empty" not in str(error.__cause__):
+                raise
+            raise CheckFailed(f"{error} (stop training early when no pair is left: every pre-token is then "
+                              f"a single token)") from None
+
+    def inspect(result: Any) -> None:
+        if not (isinstance(result, tuple) and len(result) == 2):
+            raise CheckFailed(f"{what}: return a tuple (vocab, merges), got {type(result).__name__}")
+        vocab, merges = result
+        _expect_merges(merges, expected, mistakes, counts_before, what)
+        _expect_vocab(vocab, expected_vocab, len(expected), what)
+
+    return Case(what, call=train, inspect=inspect)
+
+
 # Judged with the reference count_pairs and merge_word in place of the learner's (exercises 2 and 3).
 @composite(count_pairs=lambda: count_pairs, merge_word=lambda: merge_word)
 @isolated
 def check_train_bpe(learner_fn, hidden: bool = False) -> None:
     """train_bpe(text, vocab_size, special_tokens) -> (vocab, merges), equal to the package's."""
-    cases = _train_cases(hidden)
-    for text, vocab_size, specials in cases:
-        expected_vocab, expected = train_bpe(text, vocab_size, specials)
-        mistakes = {
-            "the merges with ties broken by comparing the joined bytes left + right; compare the pairs as "
-            "tuples: (b'ab', b'c') > (b'a', b'z') because b'ab' > b'a'":
-                _variant_train_bpe(text, vocab_size, specials, tie="joined"),
-            "the merges with ties broken toward the *smallest* pair; among equally frequent pairs the "
-            "lexicographically greatest wins: max over (count, pair)":
-                _variant_train_bpe(text, vocab_size, specials, tie="smallest"),
-            "the merges with ties broken by whichever pair was counted first; among equally frequent pairs "
-            "the lexicographically greatest wins": _variant_train_bpe(text, vocab_size, specials, tie="first"),
-            "the merges learned with the special tokens treated as text; pass special_tokens to "
-            "count_pretokens so they are cut out first and never merged":
-                _variant_train_bpe(text, vocab_size, specials, specials_as_text=True),
-            "the merges of a run that left no ids for the special tokens (too many merges): "
-            "256 bytes + merges + special tokens = vocab_size": _variant_train_bpe(text, vocab_size, specials, count_specials=False),
-        }
-        what = f"train_bpe({_short(text, 40)}, {vocab_size}, {specials})"
-        specials_before = list(specials)
-        with off_limits(TRAIN_BPE_OFF_LIMITS, "train_bpe", learner_namespaces(learner_fn)):
-            try:
-                result = call_learner(what, learner_fn, text, vocab_size, list(specials))
-            except CheckFailed as error:
-                if isinstance(error, OffLimitsError) or not isinstance(error.__cause__, ValueError) \
-                        or "empty" not in str(error.__cause__):
-                    raise
-                raise CheckFailed(f"{error} (stop training early when no pair is left: every pre-token is then "
-                                  f"a single token)") from None
-        _expect_untouched(specials_before, specials, what, "special_tokens")
-        if not (isinstance(result, tuple) and len(result) == 2):
-            raise CheckFailed(f"{what}: return a tuple (vocab, merges), got {type(result).__name__}")
-        vocab, merges = result
-        if not isinstance(merges, list):
-            raise CheckFailed(f"{what}: merges must be a list of pairs, got {type(merges).__name__}")
-        if merges != expected:
-            for description, wrong in mistakes.items():
-                if wrong != expected and merges == wrong:
-                    raise CheckFailed(f"{what}: your output equals {description}")
-            k = _first_difference(merges, expected)
-            if k == len(expected):
-                raise CheckFailed(f"{what}: expected {len(expected)} merges, got {len(merges)}; 256 bytes + "
-                                  f"merges + special tokens = vocab_size, and training stops when no pair is left")
-            if k == len(merges):
-                raise CheckFailed(f"{what}: expected {len(expected)} merges, got only {len(merges)} (the first "
-                                  f"{k} are right)")
-            raise CheckFailed(_diagnose_merge(text, specials, expected, merges, k, what))
-        if not isinstance(vocab, dict):
-            raise CheckFailed(f"{what}: vocab must be a dict id -> bytes, got {type(vocab).__name__}")
-        if vocab != expected_vocab:
-            if any(vocab.get(i) != bytes([i]) for i in range(256)):
-                raise CheckFailed(f"{what}: vocab[i] must be bytes([i]) for i in 0..255: the 256 single bytes "
-                                  f"come first")
-            for i in sorted(expected_vocab):
-                if vocab.get(i) != expected_vocab[i]:
-                    where = "a merge (left + right)" if i < 256 + len(expected) else "a special token (UTF-8)"
-                    raise CheckFailed(f"{what}: vocab[{i}] should be {expected_vocab[i]!r}, {where}, got "
-                                      f"{_short(vocab.get(i))}; the layout is bytes, then merges in order, "
-                                      f"then special tokens")
-            raise CheckFailed(f"{what}: vocab has {len(vocab)} ids, expected {len(expected_vocab)}")
-    passed(f"train_bpe learns the same merges and vocabulary as the reference on {len(cases)} texts"
-           + hidden_note(hidden))
+    cases = [_train_case(text, vocab_size, specials) for text, vocab_size, specials in _train_cases(hidden)]
+    run(TRAIN_BPE, learner_fn, cases, hidden)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -528,35 +610,35 @@ def _encode_texts(hidden: bool) -> list[str]:
     return texts
 
 
+def _encode_case(text: str, tokenizer: BPETokenizer, specials: list[str]) -> Case:
+    vocab, merges = tokenizer.vocab, tokenizer.merges
+    mistakes = {
+        "the ids with the *latest*-learned merge applied first; apply the earliest-learned merge that is "
+        "possible, as training did": _encode_with(text, vocab, merges, specials, order="latest"),
+        "the ids with the *leftmost* mergeable pair merged first; merge the pair that was learned earliest, "
+        "wherever it is in the word": _encode_with(text, vocab, merges, specials, order="leftmost"),
+        "the raw UTF-8 bytes: no merge was applied": list(text.encode()),
+        "the ids with merges across pre-token boundaries; split each piece with pretokenize first":
+            _encode_with(text, vocab, merges, specials, pretokenized=False),
+        f"the ids with {EOT} encoded as ordinary text; cut special tokens out first "
+        f"(split_on_special_tokens) and give each its own id":
+            _encode_with(text, vocab, merges, specials, cut_specials=False),
+    }
+    what = f"bpe_encode({_short(text, 40)}, ...)"
+    expected = tokenizer.encode(text)
+    inputs = {"vocab, merges or special_tokens": (vocab, merges, specials)}  # one message names all three
+    return Case(what, (text, vocab, merges, specials),
+                inspect=_equal_to(expected, what, mistakes, as_value=_id_list, untouched=inputs))
+
+
 # Judged with the reference merge_word in place of the learner's (exercise 3).
 @composite(merge_word=lambda: merge_word)
 @isolated
 def check_bpe_encode(learner_fn, hidden: bool = False) -> None:
     """bpe_encode(text, vocab, merges, special_tokens) -> ids, equal to BPETokenizer.encode."""
-    tokenizer = _encoding_tokenizer()
-    vocab, merges, specials = tokenizer.vocab, tokenizer.merges, [EOT]
-    texts = _encode_texts(hidden)
-    for text in texts:
-        expected = tokenizer.encode(text)
-        mistakes = {
-            "the ids with the *latest*-learned merge applied first; apply the earliest-learned merge that is "
-            "possible, as training did": _encode_with(text, vocab, merges, specials, order="latest"),
-            "the ids with the *leftmost* mergeable pair merged first; merge the pair that was learned earliest, "
-            "wherever it is in the word": _encode_with(text, vocab, merges, specials, order="leftmost"),
-            "the raw UTF-8 bytes: no merge was applied": list(text.encode()),
-            "the ids with merges across pre-token boundaries; split each piece with pretokenize first":
-                _encode_with(text, vocab, merges, specials, pretokenized=False),
-            f"the ids with {EOT} encoded as ordinary text; cut special tokens out first "
-            f"(split_on_special_tokens) and give each its own id":
-                _encode_with(text, vocab, merges, specials, cut_specials=False),
-        }
-        what = f"bpe_encode({_short(text, 40)}, ...)"
-        before = (dict(vocab), list(merges), list(specials))
-        with off_limits(ENCODE_OFF_LIMITS, "bpe_encode", learner_namespaces(learner_fn)):
-            actual = call_learner(what, learner_fn, text, vocab, merges, specials)
-        _expect_untouched(before, (vocab, merges, specials), what, "vocab, merges or special_tokens")
-        _expect_equal(_id_list(actual, what), expected, what, mistakes)
-    passed(f"bpe_encode matches BPETokenizer.encode on {len(texts)} texts" + hidden_note(hidden))
+    tokenizer, specials = _encoding_tokenizer(), [EOT]
+    cases = [_encode_case(text, tokenizer, specials) for text in _encode_texts(hidden)]
+    run(BPE_ENCODE, learner_fn, cases, hidden)
 
 
 def _decode_cases(tokenizer: BPETokenizer, hidden: bool) -> list[list[int]]:
@@ -580,38 +662,42 @@ def _decode_each_token(ids, vocab) -> str:
     return "".join(vocab[i].decode("utf-8", errors="replace") for i in ids)
 
 
+SPLIT_CHARACTERS = ("the bytes of one character can be split across tokens (今 is 3 bytes), so join all the bytes "
+                    "first and decode once")
+STRICT_DECODING = ("decoding raised UnicodeDecodeError; an id sequence may end inside a character, so decode with "
+                   "errors='replace' (the broken bytes become �)")
+
+
+def _decode_case(ids: list[int], tokenizer: BPETokenizer) -> Case:
+    vocab = tokenizer.vocab
+    what = f"bpe_decode({_short(ids, 40)}, vocab)"
+    try:
+        b"".join(vocab[i] for i in ids).decode("utf-8")
+        # The bytes together are valid UTF-8: the learner's UnicodeDecodeError comes from a token alone.
+        on_decode_error = f"decoding token by token raised UnicodeDecodeError; {SPLIT_CHARACTERS}"
+    except UnicodeDecodeError:
+        on_decode_error = STRICT_DECODING
+
+    def decode(learner_fn: Any) -> Any:
+        try:
+            return call_learner(what, learner_fn, list(ids), vocab)
+        except CheckFailed as error:
+            if isinstance(error.__cause__, UnicodeDecodeError):
+                raise CheckFailed(f"{what}: {on_decode_error}") from None
+            raise
+
+    expected = tokenizer.decode(ids)
+    per_token = {f"the text decoded token by token; {SPLIT_CHARACTERS}": _decode_each_token(ids, vocab)}
+    return Case(what, call=decode,
+                inspect=_equal_to(expected, what, per_token, as_value=_text, untouched={"vocab": vocab}))
+
+
 @isolated
 def check_bpe_decode(learner_fn, hidden: bool = False) -> None:
     """bpe_decode(ids, vocab) -> str: join all the tokens' bytes, then decode UTF-8 with errors='replace'."""
     tokenizer = _encoding_tokenizer()
-    vocab = tokenizer.vocab
-    cases = _decode_cases(tokenizer, hidden)
-    why = "the bytes of one character can be split across tokens (今 is 3 bytes), so join all the bytes first " \
-          "and decode once"
-    per_token = f"the text decoded token by token; {why}"
-    strict = ("decoding raised UnicodeDecodeError; an id sequence may end inside a character, so decode with "
-              "errors='replace' (the broken bytes become �)")
-    for ids in cases:
-        expected = tokenizer.decode(ids)
-        what = f"bpe_decode({_short(ids, 40)}, vocab)"
-        before = dict(vocab)
-        with off_limits(DECODE_OFF_LIMITS, "bpe_decode", learner_namespaces(learner_fn)):
-            try:
-                actual = call_learner(what, learner_fn, list(ids), vocab)
-            except CheckFailed as error:
-                if isinstance(error.__cause__, UnicodeDecodeError):
-                    whole = b"".join(vocab[i] for i in ids)
-                    try:
-                        whole.decode("utf-8")
-                        message = f"decoding token by token raised UnicodeDecodeError; {why}"  # the whole is valid
-                    except UnicodeDecodeError:
-                        message = strict
-                    raise CheckFailed(f"{what}: {message}") from None
-                raise
-        _expect_untouched(before, vocab, what, "vocab")
-        _expect_equal(_text(actual, what), expected, what, {per_token: _decode_each_token(ids, vocab)})
-    passed(f"bpe_decode matches BPETokenizer.decode on {len(cases)} id sequences"
-           + hidden_note(hidden))
+    cases = [_decode_case(ids, tokenizer) for ids in _decode_cases(tokenizer, hidden)]
+    run(BPE_DECODE, learner_fn, cases, hidden)
 
 
 __all__ = [
@@ -622,4 +708,3 @@ __all__ = [
     "check_bpe_encode",
     "check_bpe_decode",
 ]
-

@@ -6,6 +6,8 @@ tfcourse.training.loop.lr_at), one training step (against tfcourse.training.loop
 GPT: the same parameters afterwards) and the evaluation loop (against
 tfcourse.training.loop.estimate_loss, watching the model's mode and autograd while it runs).
 Every check runs @isolated (the learner's random state and defaults are left as they were) on one thread.
+A case may call the learner's code several times (a batch drawn twice, a schedule step by step, several
+optimizer steps): its `call` makes those calls and its `inspect` judges what they gave.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ import copy
 import functools
 import math
 from collections.abc import Callable
-from typing import Any
+from dataclasses import replace
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -24,10 +27,13 @@ from ..models import GPT, GPTConfig
 from ..training.loop import TrainConfig, default_loss, estimate_loss as reference_estimate_loss
 from ..training.loop import lr_at as reference_lr_at
 from ..training.loop import train_step as reference_train_step
-from .core import (CheckFailed, call_learner, compare, expect_unchanged, hidden_note, isolated, learner_namespaces,
-                   off_limits, one_thread, passed, seeded)
+from .core import Case, CheckFailed, Exercise, call_learner, compare, isolated, one_thread, run, seeded
 
+# no_grad=False where the learner's code runs with autograd on, as in the notebook: train_step needs it,
+# and estimate_loss is judged on turning it off itself.
 GET_BATCH_OFF_LIMITS = ["tfcourse.data.get_batch"]
+GET_BATCH = Exercise("the batch sampler", GET_BATCH_OFF_LIMITS,
+                     "get_batch draws the same windows as tfcourse.data.get_batch on {n} cases", no_grad=False)
 LR_OFF_LIMITS = [
     "tfcourse.training.loop.lr_at",
     "torch.optim.lr_scheduler.CosineAnnealingLR",
@@ -36,8 +42,16 @@ LR_OFF_LIMITS = [
     "torch.optim.lr_scheduler.LinearLR",
     "torch.optim.lr_scheduler.SequentialLR",
 ]
+LR_SCHEDULE = Exercise("the learning-rate schedule", LR_OFF_LIMITS,
+                       "lr_at matches tfcourse.training.loop.lr_at on {n} schedules", no_grad=False)
 TRAIN_STEP_OFF_LIMITS = ["tfcourse.training.loop.train_step", "tfcourse.training.loop.default_loss"]
+TRAIN_STEP = Exercise("one training step", TRAIN_STEP_OFF_LIMITS,
+                      "train_step leaves the same parameters as tfcourse.training.loop.train_step on {n} cases",
+                      no_grad=False)
 ESTIMATE_LOSS_OFF_LIMITS = ["tfcourse.training.loop.estimate_loss", "tfcourse.training.loop.default_loss"]
+ESTIMATE_LOSS = Exercise("the evaluation loop", ESTIMATE_LOSS_OFF_LIMITS,
+                         "estimate_loss matches tfcourse.training.loop.estimate_loss on {n} cases, in eval mode, "
+                         "without gradients, and leaves the model training", no_grad=False)
 ADAMW_OFF_LIMITS = [
     "torch.optim.AdamW",
     "torch.optim.Adam",
@@ -49,6 +63,9 @@ ADAMW_OFF_LIMITS = [
     "tfcourse.training.loop.train_step",
     "tfcourse.training.loop.configure_optimizer",
 ]
+# Under torch.no_grad(), as optimizer.step() runs it. {steps}: every case's steps together.
+ADAMW_STEP = Exercise("AdamW's update", ADAMW_OFF_LIMITS,
+                      "adamw_step matches torch.optim.AdamW over {steps} steps on {n} cases")
 
 
 def _as_float(value: Any, what: str) -> float:
@@ -114,6 +131,41 @@ def _compare_batch(what: str, x: Any, y: Any, expected: tuple[Tensor, Tensor],
     compare(y, expected[1], f"{what}: y", atol=0, rtol=0)
 
 
+def _batch_case(learner_fn: Callable, n: int, batch_size: int, context_len: int, vocab: int, seed: int,
+                repeat: bool) -> Case:
+    """One batch to draw, its reference and usual mistakes computed first. `repeat`: draw it once more after
+    another global seed, to see that `generator` alone decides the windows."""
+    data = torch.randint(0, vocab, (n,), generator=seeded(100 + seed))
+    expected = reference_get_batch(data, batch_size, context_len, generator=seeded(seed))
+    mistakes = _batch_mistakes(data, batch_size, context_len, seed)
+    what = f"get_batch(data of {len(data)} tokens, batch_size={batch_size}, context_len={context_len})"
+
+    def draw(learner: Callable, global_seed: int) -> tuple[Any, Any]:
+        torch.manual_seed(global_seed)  # the global stream: a learner who ignores `generator` draws from it
+        return _expect_pair(call_learner(what, learner, data, batch_size, context_len, seeded(seed)), what)
+
+    def first_draw(learner: Callable) -> tuple[Any, Any]:
+        try:
+            return draw(learner, 1)
+        except CheckFailed as failure:
+            if len(data) == context_len + 1:
+                raise CheckFailed(f"{failure} — with len(data) = context_len + 1 there is exactly one window, "
+                                  "starting at 0: randint(0, len(data) - context_len, ...) must still work") from None
+            raise
+
+    def judge(pair: tuple[Any, Any]) -> None:
+        x, y = pair
+        if repeat:  # the same seed must give the same batch, whatever the global RNG did
+            again = draw(learner_fn, 2)
+            if isinstance(x, Tensor) and isinstance(again[0], Tensor) and x.shape == again[0].shape \
+                    and not torch.equal(x, again[0]):
+                raise CheckFailed(f"{what}: two generators with the same seed gave different batches: draw the "
+                                  "starts with torch.randint(..., generator=generator), not from the global RNG")
+        _compare_batch(what, x, y, expected, mistakes)
+
+    return Case(what, call=first_draw, inspect=judge, unchanged=[data])
+
+
 @isolated
 @one_thread
 def check_get_batch(learner_fn: Callable, hidden: bool = False) -> None:
@@ -121,39 +173,11 @@ def check_get_batch(learner_fn: Callable, hidden: bool = False) -> None:
     x[b] = data[i : i + T] and y[b] = data[i + 1 : i + T + 1], i drawn by torch.randint(0, len(data) - T,
     (B,), generator=generator): the same windows as tfcourse.data.get_batch for the same seed."""
     # (tokens in data, batch_size, context_len, vocabulary, seed)
-    cases = [(200, 4, 8, 65, 0), (6, 3, 5, 65, 1), (40, 1, 1, 11, 2)]  # general; one window only; B = T = 1
+    sizes = [(200, 4, 8, 65, 0), (6, 3, 5, 65, 1), (40, 1, 1, 11, 2)]  # general; one window only; B = T = 1
     if hidden:
-        cases += [(5000, 16, 32, 65, 3), (50, 2, 48, 7, 4), (1000, 64, 16, 1000, 5)]
-    prepared = []
-    for n, batch_size, context_len, vocab, seed in cases:
-        data = torch.randint(0, vocab, (n,), generator=seeded(100 + seed))
-        expected = reference_get_batch(data, batch_size, context_len, generator=seeded(seed))
-        prepared.append((data, batch_size, context_len, seed, expected,
-                         _batch_mistakes(data, batch_size, context_len, seed)))
-
-    with off_limits(GET_BATCH_OFF_LIMITS, "the batch sampler", learner_namespaces(learner_fn)):
-        # Case by case, so that a mistake the first case names is not hidden by a crash in a later one.
-        for index, (data, batch_size, context_len, seed, expected, mistakes) in enumerate(prepared):
-            data_before = data.clone()
-            what = f"get_batch(data of {len(data)} tokens, batch_size={batch_size}, context_len={context_len})"
-            try:
-                torch.manual_seed(1)  # the global stream: a learner who ignores `generator` draws from it
-                x, y = _expect_pair(call_learner(what, learner_fn, data, batch_size, context_len, seeded(seed)), what)
-            except CheckFailed as failure:
-                if len(data) == context_len + 1:
-                    raise CheckFailed(f"{failure} — with len(data) = context_len + 1 there is exactly one window, "
-                                      "starting at 0: randint(0, len(data) - context_len, ...) must still work") from None
-                raise
-            expect_unchanged([data_before], [data], what)
-            if index == 0:  # the same seed must give the same batch, whatever the global RNG did
-                torch.manual_seed(2)
-                again = _expect_pair(call_learner(what, learner_fn, data, batch_size, context_len, seeded(seed)), what)
-                if isinstance(x, Tensor) and isinstance(again[0], Tensor) and x.shape == again[0].shape \
-                        and not torch.equal(x, again[0]):
-                    raise CheckFailed(f"{what}: two generators with the same seed gave different batches: draw the "
-                                      "starts with torch.randint(..., generator=generator), not from the global RNG")
-            _compare_batch(what, x, y, expected, mistakes)
-    passed(f"get_batch draws the same windows as tfcourse.data.get_batch on {len(cases)} cases{hidden_note(hidden)}")
+        sizes += [(5000, 16, 32, 65, 3), (50, 2, 48, 7, 4), (1000, 64, 16, 1000, 5)]
+    cases = [_batch_case(learner_fn, *size, repeat=index == 0) for index, size in enumerate(sizes)]
+    run(GET_BATCH, learner_fn, cases, hidden)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -204,26 +228,26 @@ def _adamw_by_hand(params: list[Tensor], grads_per_step: list[list[Tensor]], lr:
 def _adamw_mistakes(params: list[Tensor], grads_per_step: list[list[Tensor]], lr: float, betas: tuple[float, float],
                     eps: float, weight_decay: float) -> dict[str, list[list[Tensor]]]:
     """What the usual mistakes give, step by step (description -> parameters after each step)."""
-    run = functools.partial(_adamw_by_hand, params, grads_per_step, lr, betas, eps, weight_decay)
+    by_hand = functools.partial(_adamw_by_hand, params, grads_per_step, lr, betas, eps, weight_decay)
     return {
         "Adam with L2 regularisation: λ·p added to the gradient, so it goes through m and v and is divided by "
         "√v̂ like the rest; AdamW's decay is decoupled: shrink the weights by lr·λ directly, outside m and v":
-            run(decay="none", l2=True),
+            by_hand(decay="none", l2=True),
         "AdamW *without* bias correction: m and v start at 0, so the first steps are too small; divide m by "
-        "(1 − β₁ᵗ) and v by (1 − β₂ᵗ)": run(correct_m=False, correct_v=False),
-        "AdamW with the bias correction of m only: v also needs its own, v / (1 − β₂ᵗ)": run(correct_v=False),
-        "AdamW with the bias correction of v only: m also needs its own, m / (1 − β₁ᵗ)": run(correct_m=False),
+        "(1 − β₁ᵗ) and v by (1 − β₂ᵗ)": by_hand(correct_m=False, correct_v=False),
+        "AdamW with the bias correction of m only: v also needs its own, v / (1 − β₂ᵗ)": by_hand(correct_v=False),
+        "AdamW with the bias correction of v only: m also needs its own, m / (1 − β₁ᵗ)": by_hand(correct_m=False),
         "the weight decay applied *after* the Adam update: decay the weights as they were before this step, "
-        "p·(1 − lr·λ), then take the Adam step": run(decay="after"),
-        "a weight decay not scaled by the learning rate, p·(1 − λ): the decay is p·(1 − lr·λ)": run(decay="no_lr"),
+        "p·(1 − lr·λ), then take the Adam step": by_hand(decay="after"),
+        "a weight decay not scaled by the learning rate, p·(1 − λ): the decay is p·(1 − lr·λ)": by_hand(decay="no_lr"),
         "a weight decay scaled by the bias-corrected step size lr/(1 − β₁ᵗ): the decay is p·(1 − lr·λ), "
-        "with the plain lr": run(decay="step_size"),
+        "with the plain lr": by_hand(decay="step_size"),
         "AdamW *without* weight decay: shrink the weights by p·(1 − lr·λ) before the Adam step":
-            run(decay="none"),
-        "ε inside the square root, √(v̂ + ε): AdamW adds it outside, √v̂ + ε": run(eps_inside=True),
+            by_hand(decay="none"),
+        "ε inside the square root, √(v̂ + ε): AdamW adds it outside, √v̂ + ε": by_hand(eps_inside=True),
         "bias corrections computed with step + 1: step already counts from 1 (it is 1 at the first update)":
-            run(step_offset=1),
-        "β₁ and β₂ swapped: m averages with β₁, v with β₂": run(swap_betas=True),
+            by_hand(step_offset=1),
+        "β₁ and β₂ swapped: m averages with β₁, v with β₂": by_hand(swap_betas=True),
     }
 
 
@@ -254,6 +278,132 @@ def _matches(actual: Tensor, wrong: list[Tensor], atol: float, rtol: float) -> b
         torch.allclose(actual.double(), wrong_flat.double(), atol=atol, rtol=rtol))
 
 
+class _AdamwStep(NamedTuple):
+    """One call of the learner's adamw_step, as it is judged afterwards (tensors flattened)."""
+
+    what: str
+    returned: Any
+    replaced: bool  # the lists given hold new tensors afterwards (params[i] = ...)
+    before: Tensor  # the parameters before the step
+    after: Tensor
+    exp_avg: Tensor
+    exp_avg_sq: Tensor
+    grads_before: list[Tensor]
+    grads: list[Tensor]
+
+
+def _adamw_steps(learner_fn: Callable, shapes: list[tuple[int, ...]], start: list[Tensor],
+                 grads_per_step: list[list[Tensor]], lr: float, betas: tuple[float, float], eps: float,
+                 weight_decay: float) -> list[_AdamwStep]:
+    """The learner's adamw_step, step after step, on the tensors an optimizer would hold."""
+    # Parameters are leaves that need grad; the state starts at 0.
+    ours = ([nn.Parameter(p.clone()) for p in start], [torch.zeros_like(p) for p in start],
+            [torch.zeros_like(p) for p in start])
+    records = []
+    for step, grads in enumerate(grads_per_step, start=1):
+        given = tuple(list(tensors) for tensors in ours)  # new lists, our tensors
+        grads = [g.clone() for g in grads]
+        grads_before = [g.clone() for g in grads]
+        params_before = _stacked(ours[0]).clone()
+        what = (f"adamw_step (step {step}, lr={lr:g}, betas={betas}, eps={eps:g}, "
+                f"weight_decay={weight_decay:g}, tensors of shapes {', '.join(str(s) for s in shapes)})")
+        returned = call_learner(what, learner_fn, given[0], grads, given[1], given[2], step, lr, betas, eps,
+                                weight_decay)
+        replaced = any(a is not b for new, old in zip(given, ours) for a, b in zip(new, old))
+        records.append(_AdamwStep(what, returned, replaced, params_before, *(_stacked(t).clone() for t in ours),
+                                  grads_before, grads))
+    return records
+
+
+def _expect_updated(record: _AdamwStep, step: int) -> None:
+    """The parameters moved, in place, to finite values."""
+    what = record.what
+    if torch.equal(record.after, record.before):
+        if record.replaced:
+            raise CheckFailed(f"{what}: params are unchanged because you put new tensors into the lists "
+                              "(params[i] = ...); the optimizer keeps the old ones: update each tensor in "
+                              "place (p.sub_(...), p.mul_(...) or p.copy_(...))")
+        if record.returned is not None:
+            raise CheckFailed(f"{what}: params are unchanged and the function returned "
+                              f"{type(record.returned).__name__}; this adamw_step updates params, exp_avg and "
+                              "exp_avg_sq in place (p.sub_(...), p.mul_(...) or p.copy_(...)) and returns None")
+        raise CheckFailed(f"{what}: params are unchanged; `p = p - ...` makes a new tensor and drops it: "
+                          "update the tensors themselves in place (p.sub_(...), p.mul_(...) or p.copy_(...))")
+    if not torch.isfinite(record.after).all():
+        hint = (" — a bias correction with step − 1 is 1 − β⁰ = 0 at the first update, a division by zero: "
+                "step counts from 1 here" if step == 1 else "")
+        raise CheckFailed(f"{what}: your parameters contain NaN or inf{hint}")
+
+
+def _expect_adamw_params(record: _AdamwStep, expected: list[Tensor], mistakes: dict[str, list[Tensor]],
+                         explained: str | None, atol: float, rtol: float) -> None:
+    """The parameters after this step are torch.optim.AdamW's; else the mistake they equal is named."""
+    reference = _stacked(expected)
+    if torch.allclose(record.after.double(), reference.double(), atol=atol, rtol=rtol):
+        return
+    if explained is not None:
+        raise CheckFailed(f"{record.what}: your parameters equal {explained}")
+    for description, wrong in mistakes.items():
+        if _matches(record.after, wrong, atol, rtol):
+            raise CheckFailed(f"{record.what}: your parameters equal {description}")
+    worst = (record.after.double() - reference.double()).abs().max().item()
+    raise CheckFailed(f"{record.what}: your parameters differ from torch.optim.AdamW's (largest difference "
+                      f"{worst:.3g})")
+
+
+def _expect_adamw_state(record: _AdamwStep, averages: list[Tensor], squares: list[Tensor], explained: str | None,
+                        atol: float, rtol: float) -> None:
+    """exp_avg and exp_avg_sq after this step are torch.optim.AdamW's state."""
+    for name, actual, wanted in (("exp_avg", record.exp_avg, averages), ("exp_avg_sq", record.exp_avg_sq, squares)):
+        reference = _stacked(wanted)
+        if torch.allclose(actual.double(), reference.double(), atol=atol, rtol=rtol):
+            continue
+        if explained is not None:
+            raise CheckFailed(f"{record.what}: your {name} differs from torch.optim.AdamW's state, and over all "
+                              f"the steps your parameters equal {explained}")
+        if not actual.any():
+            raise CheckFailed(f"{record.what}: {name} is still all zeros: update the running averages in place, "
+                              "so that the next step continues from them")
+        raise CheckFailed(f"{record.what}: {name} differs from torch.optim.AdamW's state; it holds the running "
+                          "average itself, before bias correction (the correction is recomputed at each step)")
+
+
+def _judge_adamw_steps(records: list[_AdamwStep], expected: list[list[Tensor]], averages: list[list[Tensor]],
+                       squares: list[list[Tensor]], mistakes: dict[str, list[list[Tensor]]], atol: float,
+                       rtol: float) -> None:
+    trajectory = [record.after for record in records]
+    # A mistake that gives the learner's parameters at every step: two mistakes may agree on one step, and
+    # some (β₁, β₂ swapped) agree with AdamW at step 1 and show only in the state.
+    explained = next((description for description, wrong in mistakes.items()
+                      if all(_matches(mine, theirs, atol, rtol) for mine, theirs in zip(trajectory, wrong))), None)
+    for step, record in enumerate(records, start=1):
+        _expect_updated(record, step)
+        _expect_adamw_params(record, expected[step - 1], {k: wrong[step - 1] for k, wrong in mistakes.items()},
+                             explained, atol, rtol)
+        _expect_adamw_state(record, averages[step - 1], squares[step - 1], explained, atol, rtol)
+        if any(not torch.equal(old, new) for old, new in zip(record.grads_before, record.grads)):
+            raise CheckFailed(f"{record.what}: your code modified grads in place; they belong to the caller: compute "
+                              "with them without changing them")
+
+
+def _adamw_case(index: int, shapes: list[tuple[int, ...]], n_steps: int, lr: float, betas: tuple[float, float],
+                eps: float, weight_decay: float, scale: float, dtype: torch.dtype) -> Case:
+    """`n_steps` calls of adamw_step in a row, on seeded parameters and gradients; AdamW's trajectory and
+    the usual mistakes' computed first."""
+    gen = seeded(30 + index)
+    start = [torch.randn(shape, generator=gen, dtype=torch.float64).to(dtype) for shape in shapes]
+    grads_per_step = [[(scale * torch.randn(shape, generator=gen, dtype=torch.float64)).to(dtype)
+                       for shape in shapes] for _ in range(n_steps)]
+    expected, averages, squares = _adamw_reference(start, grads_per_step, lr, betas, eps, weight_decay)
+    mistakes = _adamw_mistakes(start, grads_per_step, lr, betas, eps, weight_decay)
+    atol, rtol = (1e-10, 1e-8) if dtype == torch.float64 else (1e-6, 1e-5)
+    return Case("adamw_step",
+                call=functools.partial(_adamw_steps, shapes=shapes, start=start, grads_per_step=grads_per_step,
+                                       lr=lr, betas=betas, eps=eps, weight_decay=weight_decay),
+                inspect=functools.partial(_judge_adamw_steps, expected=expected, averages=averages, squares=squares,
+                                          mistakes=mistakes, atol=atol, rtol=rtol))
+
+
 @isolated
 @one_thread
 def check_adamw_step(learner_fn: Callable, hidden: bool = False) -> None:
@@ -262,100 +412,22 @@ def check_adamw_step(learner_fn: Callable, hidden: bool = False) -> None:
     place too; `step` counts from 1. Called under torch.no_grad() for several steps in a row, it must give the
     parameters and state of torch.optim.AdamW."""
     # (shapes, steps, lr, betas, eps, weight_decay, gradient scale, dtype)
-    cases = [
+    settings = [
         # Large lr, decay and ε next to small gradients: every usual mistake moves the weights visibly.
         ([(3, 4), (5,)], 4, 0.05, (0.9, 0.99), 1e-3, 0.5, 0.01, torch.float64),
         ([(2, 3, 4), (1,)], 3, 1e-2, (0.8, 0.95), 1e-8, 0.1, 1.0, torch.float32),  # float32 stays float32
     ]
     if hidden:
-        cases += [
+        settings += [
             ([(7,), (1,)], 5, 3e-3, (0.9, 0.999), 1e-8, 0.0, 1.0, torch.float64),  # the no-decay group
             ([(4, 4)], 6, 0.05, (0.0, 0.9), 1e-6, 0.2, 0.1, torch.float64),  # β₁ = 0: no momentum
             ([(16, 8), (8,)], 6, 1e-3, (0.9, 0.99), 1e-8, 0.1, 3.0, torch.float32),
         ]
-    prepared = []
-    for index, (shapes, n_steps, lr, betas, eps, weight_decay, scale, dtype) in enumerate(cases):
-        gen = seeded(30 + index)
-        start = [torch.randn(shape, generator=gen, dtype=torch.float64).to(dtype) for shape in shapes]
-        grads_per_step = [[(scale * torch.randn(shape, generator=gen, dtype=torch.float64)).to(dtype)
-                           for shape in shapes] for _ in range(n_steps)]
-        expected, averages, squares = _adamw_reference(start, grads_per_step, lr, betas, eps, weight_decay)
-        mistakes = _adamw_mistakes(start, grads_per_step, lr, betas, eps, weight_decay)
-        prepared.append((shapes, start, grads_per_step, (lr, betas, eps, weight_decay), dtype, expected, averages,
-                         squares, mistakes))
-
-    with off_limits(ADAMW_OFF_LIMITS, "AdamW's update", learner_namespaces(learner_fn)):
-        results = []
-        for shapes, start, grads_per_step, (lr, betas, eps, weight_decay), *_ in prepared:
-            # The tensors an optimizer holds: parameters are leaves that need grad; the state starts at 0.
-            ours = ([nn.Parameter(p.clone()) for p in start], [torch.zeros_like(p) for p in start],
-                    [torch.zeros_like(p) for p in start])
-            steps = []
-            for step, grads in enumerate(grads_per_step, start=1):
-                given = tuple(list(tensors) for tensors in ours)  # new lists, our tensors
-                grads = [g.clone() for g in grads]
-                grads_before = [g.clone() for g in grads]
-                params_before = _stacked(ours[0]).clone()
-                what = (f"adamw_step (step {step}, lr={lr:g}, betas={betas}, eps={eps:g}, "
-                        f"weight_decay={weight_decay:g}, tensors of shapes {', '.join(str(s) for s in shapes)})")
-                with torch.no_grad():  # as optimizer.step() runs it
-                    returned = call_learner(what, learner_fn, given[0], grads, given[1], given[2], step, lr, betas,
-                                            eps, weight_decay)
-                replaced = any(a is not b for new, old in zip(given, ours) for a, b in zip(new, old))
-                steps.append((what, returned, replaced, params_before, *(_stacked(t).clone() for t in ours),
-                              grads_before, grads))
-            results.append(steps)
-
-    for (_, _, _, _, dtype, expected, averages, squares, mistakes), steps in zip(prepared, results):
-        atol, rtol = (1e-10, 1e-8) if dtype == torch.float64 else (1e-6, 1e-5)
-        trajectory = [record[4] for record in steps]  # the learner's parameters after each step
-        # A mistake that gives the learner's parameters at every step: two mistakes may agree on one step, and
-        # some (β₁, β₂ swapped) agree with AdamW at step 1 and show only in the state.
-        explained = next((description for description, wrong in mistakes.items()
-                          if all(_matches(mine, theirs, atol, rtol) for mine, theirs in zip(trajectory, wrong))), None)
-        for step, (what, returned, replaced, before, after, m, v, grads_before, grads) in enumerate(steps, start=1):
-            if torch.equal(after, before):
-                if replaced:
-                    raise CheckFailed(f"{what}: params are unchanged because you put new tensors into the lists "
-                                      "(params[i] = ...); the optimizer keeps the old ones: update each tensor in "
-                                      "place (p.sub_(...), p.mul_(...) or p.copy_(...))")
-                if returned is not None:
-                    raise CheckFailed(f"{what}: params are unchanged and the function returned "
-                                      f"{type(returned).__name__}; this adamw_step updates params, exp_avg and "
-                                      "exp_avg_sq in place (p.sub_(...), p.mul_(...) or p.copy_(...)) and returns None")
-                raise CheckFailed(f"{what}: params are unchanged; `p = p - ...` makes a new tensor and drops it: "
-                                  "update the tensors themselves in place (p.sub_(...), p.mul_(...) or p.copy_(...))")
-            if not torch.isfinite(after).all():
-                hint = (" — a bias correction with step − 1 is 1 − β⁰ = 0 at the first update, a division by zero: "
-                        "step counts from 1 here" if step == 1 else "")
-                raise CheckFailed(f"{what}: your parameters contain NaN or inf{hint}")
-            reference = _stacked(expected[step - 1])
-            if not torch.allclose(after.double(), reference.double(), atol=atol, rtol=rtol):
-                if explained is not None:
-                    raise CheckFailed(f"{what}: your parameters equal {explained}")
-                for description, wrong in mistakes.items():
-                    if _matches(after, wrong[step - 1], atol, rtol):
-                        raise CheckFailed(f"{what}: your parameters equal {description}")
-                worst = (after.double() - reference.double()).abs().max().item()
-                raise CheckFailed(f"{what}: your parameters differ from torch.optim.AdamW's (largest difference "
-                                  f"{worst:.3g})")
-            for name, actual, wanted in (("exp_avg", m, averages), ("exp_avg_sq", v, squares)):
-                reference = _stacked(wanted[step - 1])
-                if not torch.allclose(actual.double(), reference.double(), atol=atol, rtol=rtol):
-                    if explained is not None:
-                        raise CheckFailed(f"{what}: your {name} differs from torch.optim.AdamW's state, and over all "
-                                          f"the steps your parameters equal {explained}")
-                    if not actual.any():
-                        raise CheckFailed(f"{what}: {name} is still all zeros: update the running averages in place, "
-                                          "so that the next step continues from them")
-                    raise CheckFailed(f"{what}: {name} differs from torch.optim.AdamW's state; it holds the running "
-                                      "average itself, before bias correction (the correction is recomputed at each "
-                                      "step)")
-            if any(not torch.equal(old, new) for old, new in zip(grads_before, grads)):
-                raise CheckFailed(f"{what}: your code modified grads in place; they belong to the caller: compute "
-                                  "with them without changing them")
-    total = sum(len(steps) for steps in results)
-    passed(f"adamw_step matches torch.optim.AdamW over {total} steps on {len(cases)} cases{hidden_note(hidden)}")
+    cases = [_adamw_case(index, *setting) for index, setting in enumerate(settings)]
+    total = sum(n_steps for _, n_steps, *_ in settings)
+    # The runner fills in {n} (the cases); the number of steps goes in here.
+    exercise = replace(ADAMW_STEP, success=ADAMW_STEP.success.format(steps=total, n="{n}"))
+    run(exercise, learner_fn, cases, hidden)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -407,6 +479,45 @@ def _schedule_mistakes(steps: list[int], c: TrainConfig) -> dict[str, Tensor]:
     return mistakes
 
 
+def _schedule_steps(config: TrainConfig) -> list[int]:
+    """Every step of a short run; the interesting steps of a long one, and a few in between."""
+    if config.max_steps <= 200:
+        return list(range(0, config.max_steps + 6))
+    w, s = config.warmup_steps, config.max_steps
+    return sorted({0, 1, 2, w // 2, w - 1, w, w + 1, (w + s) // 2, s // 3, s - 1, s, s + 1, s + 50})
+
+
+def _schedule_case(config: TrainConfig) -> Case:
+    """The learner's rate at every step of `_schedule_steps`, as one vector; the reference's and the usual
+    mistakes' computed first."""
+    steps = _schedule_steps(config)
+    expected = torch.tensor([reference_lr_at(step, config) for step in steps], dtype=torch.float64)
+    mistakes = _schedule_mistakes(steps, config)
+    settings = (f"lr={config.lr:g}, min_lr={config.min_lr:g}, warmup_steps={config.warmup_steps}, "
+                f"max_steps={config.max_steps}")
+    what = f"the schedule for {settings}"
+
+    def rates(learner: Callable) -> Tensor:
+        values = []
+        for step in steps:
+            call = f"lr_at({step}, config) with {settings}"
+            values.append(_as_float(call_learner(call, learner, step, config), call))
+        return torch.tensor(values, dtype=torch.float64)
+
+    def judge(actual: Tensor) -> None:
+        # Not `compare`: a wrong schedule is named as a whole, or by the first step where it strays.
+        if torch.allclose(actual, expected, atol=1e-12, rtol=1e-6):
+            return
+        for description, wrong in mistakes.items():
+            if torch.allclose(actual, wrong, atol=1e-12, rtol=1e-6):
+                raise CheckFailed(f"{what}: your rates equal {description}")
+        worst = int((actual - expected).abs().argmax())
+        raise CheckFailed(f"{what}: at step {steps[worst]} your rate is {actual[worst].item():.6g}, the reference "
+                          f"is {expected[worst].item():.6g}")
+
+    return Case(what, call=rates, inspect=judge)
+
+
 @isolated
 @one_thread
 def check_lr_schedule(learner_fn: Callable, hidden: bool = False) -> None:
@@ -423,37 +534,7 @@ def check_lr_schedule(learner_fn: Callable, hidden: bool = False) -> None:
             TrainConfig(max_steps=5000, warmup_steps=200, lr=6e-4, min_lr=6e-5),
             TrainConfig(max_steps=7, warmup_steps=3, lr=0.5, min_lr=0.5),  # a constant rate after warm-up
         ]
-    prepared = []
-    for config in configs:
-        if config.max_steps <= 200:
-            steps = list(range(0, config.max_steps + 6))
-        else:  # the interesting steps of a long run, and a few in between
-            w, s = config.warmup_steps, config.max_steps
-            steps = sorted({0, 1, 2, w // 2, w - 1, w, w + 1, (w + s) // 2, s // 3, s - 1, s, s + 1, s + 50})
-        expected = torch.tensor([reference_lr_at(step, config) for step in steps], dtype=torch.float64)
-        prepared.append((config, steps, expected, _schedule_mistakes(steps, config)))
-
-    with off_limits(LR_OFF_LIMITS, "the learning-rate schedule", learner_namespaces(learner_fn)):
-        results = []
-        for config, steps, _, _ in prepared:
-            values = []
-            for step in steps:
-                what = (f"lr_at({step}, config) with lr={config.lr:g}, min_lr={config.min_lr:g}, "
-                        f"warmup_steps={config.warmup_steps}, max_steps={config.max_steps}")
-                values.append(_as_float(call_learner(what, learner_fn, step, config), what))
-            results.append(torch.tensor(values, dtype=torch.float64))
-
-    for (config, steps, expected, mistakes), actual in zip(prepared, results):
-        what = (f"the schedule for lr={config.lr:g}, min_lr={config.min_lr:g}, warmup_steps={config.warmup_steps}, "
-                f"max_steps={config.max_steps}")
-        if not torch.allclose(actual, expected, atol=1e-12, rtol=1e-6):
-            for description, wrong in mistakes.items():
-                if torch.allclose(actual, wrong, atol=1e-12, rtol=1e-6):
-                    raise CheckFailed(f"{what}: your rates equal {description}")
-            worst = int((actual - expected).abs().argmax())
-            raise CheckFailed(f"{what}: at step {steps[worst]} your rate is {actual[worst].item():.6g}, the reference "
-                              f"is {expected[worst].item():.6g}")
-    passed(f"lr_at matches tfcourse.training.loop.lr_at on {len(configs)} schedules{hidden_note(hidden)}")
+    run(LR_SCHEDULE, learner_fn, [_schedule_case(config) for config in configs], hidden)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -516,91 +597,98 @@ class _StepSpy:
         return events
 
 
-@isolated
-@one_thread
-def check_train_step(learner_fn: Callable, hidden: bool = False) -> None:
-    """train_step(model, batch, optimizer, grad_clip) -> loss as a Python float: forward, cross-entropy loss,
-    backward, clip the gradient norm to grad_clip, optimizer step, zero the gradients. After the same steps,
-    a tiny GPT must have the same parameters as with tfcourse.training.loop.train_step."""
-    # (batch, length, grad_clip, steps, dropout)
-    cases = [(4, 8, 0.05, 2, 0.0), (1, 1, 0.05, 2, 0.0)]
-    if hidden:
-        cases += [(3, 5, 100.0, 2, 0.0), (2, 8, 1.0, 3, 0.0), (4, 6, 0.2, 3, 0.1)]
-    prepared = []
-    for index, (batch, length, clip, n_steps, dropout) in enumerate(cases):
-        torch.manual_seed(index)
-        model = GPT(GPTConfig(vocab_size=11, max_len=8, d_model=16, n_heads=2, n_layers=1, dropout=dropout)).train()
-        batches = [tuple(torch.randint(0, 11, (2, batch, length)).unbind(0)) for _ in range(n_steps)]
-        seeds = [1000 * index + k for k in range(n_steps)]  # dropout masks: the same for everyone
-        reference = copy.deepcopy(model)
-        optimizer = _optimizer(reference)
-        scaler = torch.amp.GradScaler("cpu", enabled=False)
-        config = TrainConfig(grad_clip=clip, amp=False)
-        losses, norms = [], []
-        for seed, batch_xy in zip(seeds, batches):
-            probe = copy.deepcopy(reference)  # the gradient norm this step will have before clipping
-            torch.manual_seed(seed)
-            default_loss(probe, *batch_xy).backward()
-            norms.append(_grad_norm(probe.parameters()))
-            torch.manual_seed(seed)
-            losses.append(reference_train_step(reference, batch_xy, optimizer, scaler, config))
-        mistakes = {
-            "training *without* zero_grad(): backward() adds to .grad, so each step also used the gradients of "
-            "all earlier batches": _manual_steps(model, batches, clip, zero_grad=False,
-                                                 clip_fn=torch.nn.utils.clip_grad_norm_, seeds=seeds),
-            "training with clip_grad_value_ instead of clip_grad_norm_: clip the norm of all gradients together":
-                _manual_steps(model, batches, clip, clip_fn=torch.nn.utils.clip_grad_value_, seeds=seeds),
-        }
-        prepared.append((model, batches, seeds, clip, _flat(reference), torch.tensor(losses, dtype=torch.float64),
-                         norms, mistakes))
+def _reference_steps(model: nn.Module, batches, seeds, clip: float) -> tuple[Tensor, Tensor, list[float | None]]:
+    """tfcourse's train_step on a copy of `model`: the parameters afterwards, the losses, and the gradient
+    norm each step has before clipping."""
+    reference = copy.deepcopy(model)
+    optimizer = _optimizer(reference)
+    scaler = torch.amp.GradScaler("cpu", enabled=False)
+    config = TrainConfig(grad_clip=clip, amp=False)
+    losses, norms = [], []
+    for seed, batch_xy in zip(seeds, batches):
+        probe = copy.deepcopy(reference)  # the gradient norm this step will have before clipping
+        torch.manual_seed(seed)
+        default_loss(probe, *batch_xy).backward()
+        norms.append(_grad_norm(probe.parameters()))
+        torch.manual_seed(seed)
+        losses.append(reference_train_step(reference, batch_xy, optimizer, scaler, config))
+    return _flat(reference), torch.tensor(losses, dtype=torch.float64), norms
 
-    with off_limits(TRAIN_STEP_OFF_LIMITS, "one training step", learner_namespaces(learner_fn)):
-        results = []
-        for model, batches, seeds, clip, _, _, _, _ in prepared:
-            learner_model = copy.deepcopy(model)
-            optimizer = _optimizer(learner_model)
-            spy = _StepSpy(learner_model, optimizer)
-            returned, events = [], []
-            for step, (seed, (x, y)) in enumerate(zip(seeds, batches), start=1):
-                what = f"train_step (step {step}, batch of shape {tuple(x.shape)}, grad_clip={clip})"
-                torch.manual_seed(seed)
-                returned.append(call_learner(what, learner_fn, learner_model, (x, y), optimizer, clip))
-                events.append(spy.take() + [("returned", _grad_norm(learner_model.parameters()))])
-            spy.handle.remove()
-            results.append((learner_model, returned, events))
 
-    for (model, batches, seeds, clip, expected, losses, norms, mistakes), (learner_model, returned, events) in \
-            zip(prepared, results):
-        shape = tuple(batches[0][0].shape)
-        where = f"batches of shape {shape}, grad_clip={clip}"
-        for step, value in enumerate(returned, start=1):
-            if isinstance(value, Tensor):
-                raise CheckFailed(f"train_step returned a tensor at step {step}: return loss.item(), a Python float "
-                                  "(a tensor would keep the step's whole graph in memory)")
-            _as_float(value, f"train_step's return value at step {step}")
+def _learner_steps(learner_fn: Callable, model: nn.Module, batches, seeds, clip: float):
+    """The learner's train_step on a copy of `model`, step after step, watched by a _StepSpy: the model
+    afterwards, what each step returned, and what happened during each step."""
+    learner_model = copy.deepcopy(model)
+    optimizer = _optimizer(learner_model)
+    spy = _StepSpy(learner_model, optimizer)
+    returned, events = [], []
+    for step, (seed, (x, y)) in enumerate(zip(seeds, batches), start=1):
+        what = f"train_step (step {step}, batch of shape {tuple(x.shape)}, grad_clip={clip})"
+        torch.manual_seed(seed)
+        returned.append(call_learner(what, learner_fn, learner_model, (x, y), optimizer, clip))
+        events.append(spy.take() + [("returned", _grad_norm(learner_model.parameters()))])
+    spy.handle.remove()
+    return learner_model, returned, events
+
+
+def _expect_float_losses(returned: list[Any]) -> None:
+    for step, value in enumerate(returned, start=1):
+        if isinstance(value, Tensor):
+            raise CheckFailed(f"train_step returned a tensor at step {step}: return loss.item(), a Python float "
+                              "(a tensor would keep the step's whole graph in memory)")
+        _as_float(value, f"train_step's return value at step {step}")
+
+
+def _judge_step_events(step_events: list[tuple[str, float | None]], norm: float, clip: float, step: int,
+                       where: str) -> None:
+    """One optimizer.step() per train_step, with gradients there, clipped to grad_clip before it."""
+    at_step = [grad for kind, grad in step_events if kind == "step"]
+    if not at_step:
+        raise CheckFailed(f"train_step never called optimizer.step() (step {step}, {where})")
+    if len(at_step) > 1:
+        raise CheckFailed(f"train_step called optimizer.step() {len(at_step)} times in one step; once is right")
+    if at_step[0] is None or at_step[0] == 0.0:
+        raise CheckFailed("zero_grad() ran between backward() and optimizer.step(): step() found no gradients, "
+                          "so nothing was learned. Zero the gradients after step() (or before backward())")
+    if norm > clip * 1.001 and clip * 1.001 < at_step[0] < norm * 0.999:
+        raise CheckFailed(f"the gradients were changed but their total norm was still {at_step[0]:.3g} > "
+                          f"grad_clip={clip} at step(): clip the norm of all gradients together, to grad_clip "
+                          "(clip_grad_value_ instead of clip_grad_norm_, or a fixed threshold, gives this)")
+    if norm > clip * 1.001 and at_step[0] > clip * 1.001:
+        index = [kind for kind, _ in step_events].index("step")
+        later = [grad for _, grad in step_events[index + 1:] if grad]
+        if any(grad <= clip * 1.001 for grad in later):
+            raise CheckFailed(f"clipping *after* the optimizer step: step() already used the unclipped "
+                              f"gradients (norm {at_step[0]:.3g} > grad_clip={clip}); clip between backward() "
+                              "and step()")
+        raise CheckFailed(f"the gradients were not clipped: step() saw a gradient norm of {at_step[0]:.3g} with "
+                          f"grad_clip={clip}; call torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip) "
+                          "between backward() and step()")
+
+
+def _train_step_case(index: int, batch: int, length: int, clip: float, n_steps: int, dropout: float) -> Case:
+    """`n_steps` calls of train_step on a tiny GPT; the reference's parameters, losses and gradient norms,
+    and the usual mistakes' parameters, computed first."""
+    torch.manual_seed(index)
+    model = GPT(GPTConfig(vocab_size=11, max_len=8, d_model=16, n_heads=2, n_layers=1, dropout=dropout)).train()
+    batches = [tuple(torch.randint(0, 11, (2, batch, length)).unbind(0)) for _ in range(n_steps)]
+    seeds = [1000 * index + k for k in range(n_steps)]  # dropout masks: the same for everyone
+    expected, losses, norms = _reference_steps(model, batches, seeds, clip)
+    mistakes = {
+        "training *without* zero_grad(): backward() adds to .grad, so each step also used the gradients of "
+        "all earlier batches": _manual_steps(model, batches, clip, zero_grad=False,
+                                             clip_fn=torch.nn.utils.clip_grad_norm_, seeds=seeds),
+        "training with clip_grad_value_ instead of clip_grad_norm_: clip the norm of all gradients together":
+            _manual_steps(model, batches, clip, clip_fn=torch.nn.utils.clip_grad_value_, seeds=seeds),
+    }
+    shape = tuple(batches[0][0].shape)
+    where = f"batches of shape {shape}, grad_clip={clip}"
+
+    def judge(result) -> Tensor:
+        learner_model, returned, events = result
+        _expect_float_losses(returned)
         for step, (step_events, norm) in enumerate(zip(events, norms), start=1):
-            at_step = [grad for kind, grad in step_events if kind == "step"]
-            if not at_step:
-                raise CheckFailed(f"train_step never called optimizer.step() (step {step}, {where})")
-            if len(at_step) > 1:
-                raise CheckFailed(f"train_step called optimizer.step() {len(at_step)} times in one step; once is right")
-            if at_step[0] is None or at_step[0] == 0.0:
-                raise CheckFailed("zero_grad() ran between backward() and optimizer.step(): step() found no gradients, "
-                                  "so nothing was learned. Zero the gradients after step() (or before backward())")
-            if norm > clip * 1.001 and clip * 1.001 < at_step[0] < norm * 0.999:
-                raise CheckFailed(f"the gradients were changed but their total norm was still {at_step[0]:.3g} > "
-                                  f"grad_clip={clip} at step(): clip the norm of all gradients together, to grad_clip "
-                                  "(clip_grad_value_ instead of clip_grad_norm_, or a fixed threshold, gives this)")
-            if norm > clip * 1.001 and at_step[0] > clip * 1.001:
-                index = [kind for kind, _ in step_events].index("step")
-                later = [grad for _, grad in step_events[index + 1:] if grad]
-                if any(grad <= clip * 1.001 for grad in later):
-                    raise CheckFailed(f"clipping *after* the optimizer step: step() already used the unclipped "
-                                      f"gradients (norm {at_step[0]:.3g} > grad_clip={clip}); clip between backward() "
-                                      "and step()")
-                raise CheckFailed(f"the gradients were not clipped: step() saw a gradient norm of {at_step[0]:.3g} with "
-                                  f"grad_clip={clip}; call torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip) "
-                                  "between backward() and step()")
+            _judge_step_events(step_events, norm, clip, step, where)
         got = torch.tensor([float(v) for v in returned], dtype=torch.float64)
         # The first loss depends only on the starting weights: compare it before the parameters.
         compare(got[:1], losses[:1], f"the loss train_step returned at step 1 ({where})",
@@ -608,9 +696,26 @@ def check_train_step(learner_fn: Callable, hidden: bool = False) -> None:
                  losses[:1] * shape[0] * shape[1]}, atol=1e-5, rtol=1e-5)
         compare(_flat(learner_model), expected, f"the parameters after {len(batches)} steps ({where})", mistakes,
                 atol=1e-6, rtol=1e-5)
-        compare(got, losses, f"the losses train_step returned ({where})", atol=1e-5, rtol=1e-5)
-    passed(f"train_step leaves the same parameters as tfcourse.training.loop.train_step on {len(cases)} cases"
-           f"{hidden_note(hidden)}")
+        return got  # every step's loss, compared last
+
+    return Case("train_step",
+                call=functools.partial(_learner_steps, model=model, batches=batches, seeds=seeds, clip=clip),
+                inspect=judge, expected=losses, label=f"the losses train_step returned ({where})", atol=1e-5,
+                rtol=1e-5)
+
+
+@isolated
+@one_thread
+def check_train_step(learner_fn: Callable, hidden: bool = False) -> None:
+    """train_step(model, batch, optimizer, grad_clip) -> loss as a Python float: forward, cross-entropy loss,
+    backward, clip the gradient norm to grad_clip, optimizer step, zero the gradients. After the same steps,
+    a tiny GPT must have the same parameters as with tfcourse.training.loop.train_step."""
+    # (batch, length, grad_clip, steps, dropout)
+    settings = [(4, 8, 0.05, 2, 0.0), (1, 1, 0.05, 2, 0.0)]
+    if hidden:
+        settings += [(3, 5, 100.0, 2, 0.0), (2, 8, 1.0, 3, 0.0), (4, 6, 0.2, 3, 0.1)]
+    cases = [_train_step_case(index, *setting) for index, setting in enumerate(settings)]
+    run(TRAIN_STEP, learner_fn, cases, hidden)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -632,6 +737,64 @@ class _ForwardSpy:
         self.handle = model.embed.register_forward_pre_hook(hook)
 
 
+def _judge_evaluation(what: str, model: nn.Module, calls: list[tuple[bool, bool]],
+                      training_after: bool, parameters_before: Tensor) -> None:
+    """The model ran once per batch, in eval mode, without autograd, and was left training and unchanged."""
+    if not calls:
+        raise CheckFailed(f"{what}: the model was never called")
+    if any(training for training, _ in calls):
+        raise CheckFailed(f"{what}: the model ran in training mode, so dropout was active during evaluation; call "
+                          "model.eval() before the loop")
+    if any(grad for _, grad in calls):
+        raise CheckFailed(f"{what}: the forward passes tracked gradients; evaluate under torch.no_grad() (it "
+                          "saves the memory and time autograd would spend on a graph nobody uses)")
+    if not training_after:
+        raise CheckFailed(f"{what}: the model was left in eval mode, so dropout stays off when training "
+                          "continues; put it back with model.train()")
+    if not torch.equal(_flat(model), parameters_before):
+        raise CheckFailed(f"{what}: evaluation changed the model's parameters; it must only measure")
+
+
+def _estimate_case(index: int, n_batches: int, batch: int, length: int, dropout: float) -> Case:
+    """estimate_loss on a tiny GPT in training mode; the reference's loss and the usual mistakes' first."""
+    torch.manual_seed(20 + index)
+    model = GPT(GPTConfig(vocab_size=13, max_len=12, d_model=16, n_heads=2, n_layers=1, dropout=dropout)).train()
+    batches = [tuple(torch.randint(0, 13, (2, batch, length)).unbind(0)) for _ in range(n_batches)]
+    served = {"train": 0, "val": 0}
+
+    def get_batch(split, generator):  # the reference's source of batches: these, in order
+        served[split] += 1
+        return batches[served[split] - 1]
+
+    expected = reference_estimate_loss(model, get_batch, n_batches, default_loss, torch.device("cpu"))["val"]
+    with torch.no_grad():
+        per_batch = [default_loss(model.eval(), x, y).item() for x, y in batches]
+    model.train()
+    mistakes = {
+        "the *sum* of the batch losses: return their mean": sum(per_batch),
+        "the loss of the last batch only: average over all batches": per_batch[-1],
+    }
+    what = f"estimate_loss(model, {len(batches)} batches of shape {tuple(batches[0][0].shape)})"
+
+    def watched(learner: Callable):
+        parameters_before = _flat(model).clone()
+        spy = _ForwardSpy(model)
+        value = call_learner(what, learner, model, batches)
+        spy.handle.remove()
+        return value, spy.calls, model.training, parameters_before
+
+    def judge(result) -> Tensor:
+        value, calls, training_after, parameters_before = result
+        _judge_evaluation(what, model, calls, training_after, parameters_before)
+        actual = _as_float(value, what)
+        if len(calls) != len(batches):
+            raise CheckFailed(f"{what}: the model was called {len(calls)} times for {len(batches)} batches")
+        return torch.tensor(actual, dtype=torch.float64)
+
+    return Case(what, call=watched, inspect=judge, expected=torch.tensor(expected, dtype=torch.float64),
+                mistakes={k: torch.tensor(v, dtype=torch.float64) for k, v in mistakes.items()}, atol=1e-5, rtol=1e-5)
+
+
 @isolated
 @one_thread
 def check_estimate_loss(learner_fn: Callable, hidden: bool = False) -> None:
@@ -639,62 +802,11 @@ def check_estimate_loss(learner_fn: Callable, hidden: bool = False) -> None:
     (no dropout) under torch.no_grad(); afterwards the model is back in training mode. The same number as
     tfcourse.training.loop.estimate_loss."""
     # (number of batches, batch, length, dropout)
-    cases = [(3, 4, 8, 0.3), (1, 1, 1, 0.3)]
+    settings = [(3, 4, 8, 0.3), (1, 1, 1, 0.3)]
     if hidden:
-        cases += [(5, 2, 12, 0.5), (2, 8, 4, 0.0)]
-    prepared = []
-    for index, (n_batches, batch, length, dropout) in enumerate(cases):
-        torch.manual_seed(20 + index)
-        model = GPT(GPTConfig(vocab_size=13, max_len=12, d_model=16, n_heads=2, n_layers=1, dropout=dropout)).train()
-        batches = [tuple(torch.randint(0, 13, (2, batch, length)).unbind(0)) for _ in range(n_batches)]
-
-        def get_batch(split, generator, _batches=batches, _position={"train": 0, "val": 0}):
-            i = _position[split]
-            _position[split] += 1
-            return _batches[i]
-
-        expected = reference_estimate_loss(model, get_batch, n_batches, default_loss, torch.device("cpu"))["val"]
-        with torch.no_grad():
-            per_batch = [default_loss(model.eval(), x, y).item() for x, y in batches]
-        model.train()
-        mistakes = {
-            "the *sum* of the batch losses: return their mean": sum(per_batch),
-            "the loss of the last batch only: average over all batches": per_batch[-1],
-        }
-        prepared.append((model, batches, dropout, expected, mistakes))
-
-    with off_limits(ESTIMATE_LOSS_OFF_LIMITS, "the evaluation loop", learner_namespaces(learner_fn)):
-        results = []
-        for model, batches, _, _, _ in prepared:
-            parameters_before = _flat(model).clone()
-            spy = _ForwardSpy(model)
-            what = f"estimate_loss(model, {len(batches)} batches of shape {tuple(batches[0][0].shape)})"
-            value = call_learner(what, learner_fn, model, batches)
-            spy.handle.remove()
-            results.append((what, value, spy.calls, model.training, parameters_before))
-
-    for (model, batches, dropout, expected, mistakes), (what, value, calls, training_after, before) in \
-            zip(prepared, results):
-        if not calls:
-            raise CheckFailed(f"{what}: the model was never called")
-        if any(training for training, _ in calls):
-            raise CheckFailed(f"{what}: the model ran in training mode, so dropout was active during evaluation; call "
-                              "model.eval() before the loop")
-        if any(grad for _, grad in calls):
-            raise CheckFailed(f"{what}: the forward passes tracked gradients; evaluate under torch.no_grad() (it "
-                              "saves the memory and time autograd would spend on a graph nobody uses)")
-        if not training_after:
-            raise CheckFailed(f"{what}: the model was left in eval mode, so dropout stays off when training "
-                              "continues; put it back with model.train()")
-        if not torch.equal(_flat(model), before):
-            raise CheckFailed(f"{what}: evaluation changed the model's parameters; it must only measure")
-        actual = _as_float(value, what)
-        if len(calls) != len(batches):
-            raise CheckFailed(f"{what}: the model was called {len(calls)} times for {len(batches)} batches")
-        compare(torch.tensor(actual, dtype=torch.float64), torch.tensor(expected, dtype=torch.float64), what,
-                {k: torch.tensor(v, dtype=torch.float64) for k, v in mistakes.items()}, atol=1e-5, rtol=1e-5)
-    passed(f"estimate_loss matches tfcourse.training.loop.estimate_loss on {len(cases)} cases, in eval mode, without "
-           f"gradients, and leaves the model training{hidden_note(hidden)}")
+        settings += [(5, 2, 12, 0.5), (2, 8, 4, 0.0)]
+    cases = [_estimate_case(index, *setting) for index, setting in enumerate(settings)]
+    run(ESTIMATE_LOSS, learner_fn, cases, hidden)
 
 
 __all__ = ["check_get_batch", "check_adamw_step", "check_lr_schedule", "check_train_step", "check_estimate_loss"]
