@@ -533,3 +533,11 @@ def test_cached_generation_off_limits_and_stub():
         check_cached_generation(lambda model, ids, n: tfcourse.decoding.generate(model, ids, n, temperature=0))
     with pytest.raises(CheckFailed, match="not implemented yet"):
         check_cached_generation(stub)
+
+
+def test_cached_generation_names_what_came_back():
+    def returns_nothing(model, ids, n):
+        greedy_generate_cached(model, ids, n)
+
+    with pytest.raises(CheckFailed, match="expected a torch.Tensor, got NoneType"):
+        check_cached_generation(returns_nothing)

@@ -9,7 +9,6 @@ module must also work where a GPU run puts them: `causal_mask` on the device it 
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 from collections.abc import Callable
@@ -24,42 +23,30 @@ from ..attention import (MultiHeadAttention, causal_mask, merge_heads, padding_m
 from ..layouts import in_layout_of
 from ..validation import shape_str
 from .core import (Case, CheckFailed, Exercise, build_module, call_learner, compare, composite, expect_portable,
-                   hidden_note, isolated, learner_namespaces, load_state, off_limits, passed, run, run_case, seeded)
+                   isolated, learner_namespaces, load_state, off_limits, passed, run, run_case, seeded)
 
 # While a check runs, the answer for that exercise and the matching torch built-ins are off-limits.
-# (The variance is measured: nothing to refuse. Its ✔ line names the d_k measured, filled in by the check.)
+# (The variance is measured: nothing to refuse. Its ✔ line names the d_k measured.)
 DOT_PRODUCT_VARIANCE = Exercise("dot product variance", (), "dot_product_variance measures Var(q·k) ≈ d_k, and "
                                 "≈ 1 after ÷√d_k, for d_k in {d_ks}")
-SDPA_OFF_LIMITS = [
-    "tfcourse.attention.scaled_dot_product_attention",
-    "torch.nn.functional.scaled_dot_product_attention",
-    "torch.nn.functional.multi_head_attention_forward",
-    "torch.nn.MultiheadAttention",
-]
+SDPA_OFF_LIMITS = ["tfcourse.attention.scaled_dot_product_attention",
+                   "torch.nn.functional.scaled_dot_product_attention",
+                   "torch.nn.functional.multi_head_attention_forward", "torch.nn.MultiheadAttention"]
 SDPA = Exercise("scaled dot-product attention", SDPA_OFF_LIMITS, "scaled_dot_product_attention matches the reference "
                 "on {n} cases (masks, fully masked rows, dropout)", no_grad=False)  # it checks gradients too
-CAUSAL_MASK_OFF_LIMITS = [
-    "tfcourse.attention.causal_mask",
-    "torch.nn.Transformer.generate_square_subsequent_mask",
-]
+CAUSAL_MASK_OFF_LIMITS = ["tfcourse.attention.causal_mask", "torch.nn.Transformer.generate_square_subsequent_mask"]
 CAUSAL_MASK = Exercise("causal mask", CAUSAL_MASK_OFF_LIMITS, "causal_mask matches the reference for {n} sizes, "
                        "square and with a cache offset, on the device asked for")
 PADDING_MASK_OFF_LIMITS = ["tfcourse.attention.padding_mask"]
 PADDING_MASK = Exercise("padding mask", PADDING_MASK_OFF_LIMITS, "padding_mask matches the reference on {n} batches")
-HEADS_OFF_LIMITS = [
-    "tfcourse.attention.split_heads",
-    "tfcourse.attention.merge_heads",
-    "tfcourse.attention.MultiHeadAttention.split_heads",
-    "tfcourse.attention.MultiHeadAttention.merge_heads",
-]
+HEADS_OFF_LIMITS = ["tfcourse.attention.split_heads", "tfcourse.attention.merge_heads",
+                    "tfcourse.attention.MultiHeadAttention.split_heads",
+                    "tfcourse.attention.MultiHeadAttention.merge_heads"]
 SPLIT_MERGE_HEADS = Exercise("split and merge heads", HEADS_OFF_LIMITS, "split_heads and merge_heads match the "
                              "reference on {n} shapes and invert each other")
-MHA_OFF_LIMITS = [
-    "tfcourse.attention.MultiHeadAttention",
-    "torch.nn.MultiheadAttention",
-    "torch.nn.functional.multi_head_attention_forward",
-    "torch.nn.functional.scaled_dot_product_attention",
-]
+MHA_OFF_LIMITS = ["tfcourse.attention.MultiHeadAttention", "torch.nn.MultiheadAttention",
+                  "torch.nn.functional.multi_head_attention_forward",
+                  "torch.nn.functional.scaled_dot_product_attention"]
 MULTI_HEAD_ATTENTION = Exercise("multi-head attention", MHA_OFF_LIMITS, "MultiHeadAttention matches the reference on "
                                 "{n} cases (self, masked, cross), on any device")
 
@@ -79,49 +66,46 @@ def _as_float(value: Any, what: str) -> float:
     return float(value)
 
 
-def _call_seeded(learner_fn: Callable, seed: int, what: str, args: tuple, kwargs: dict[str, Any]) -> Any:
-    """The learner draws q and k from the global generators (torch's or NumPy's): seeded, a rerun
-    measures the same."""
-    torch.manual_seed(seed)
-    np.random.seed(seed)
-    return call_learner(what, learner_fn, *args, **kwargs)
-
-
-def _judge_variance(answer: Any, what: str, d_k: int, scaled: bool) -> None:
-    """Near d_k (near 1 when scaled), within 15 %; a value near what a usual mistake measures is named."""
-    value = _as_float(answer, what)
-    target = 1.0 if scaled else float(d_k)
-    if not math.isfinite(value):
-        raise CheckFailed(f"{what}: got {value}, expected a finite variance near {target:g}")
-    if value == target and d_k > 1:
-        raise CheckFailed(f"{what}: returned exactly {target:g}, the theoretical value; "
-                          "measure it: draw random q and k and take the variance of their dot products")
-
-    def near(x: float) -> bool:
-        return abs(value - x) <= 0.15 * x
-
-    if near(target):
-        return
-    if scaled and d_k > 1 and near(1.0 / d_k):
-        raise CheckFailed(f"{what}: got {value:.3g}, about 1/d_k: you divided by d_k instead of √d_k")
-    if scaled and d_k > 1 and near(float(d_k)):
-        raise CheckFailed(f"{what}: got {value:.3g}, about d_k: with scaled=True divide each dot "
-                          "product by √d_k")
-    if not scaled and d_k > 1 and near(1.0):
-        raise CheckFailed(f"{what}: got {value:.3g}, about 1 instead of d_k = {d_k}: with scaled=False "
-                          "use the raw dot products q·k (sum over all d_k products)")
-    if d_k > 1 and near(math.sqrt(target)):
-        raise CheckFailed(f"{what}: got {value:.3g}, about √{target:g}: that is the standard deviation; "
-                          "return the variance (.var())")
-    raise CheckFailed(f"{what}: got {value:.3g}, expected about {target:g} (within 15 %)")
-
-
 def _variance_case(seed: int, d_k: int, scaled: bool) -> Case:
     n_pairs = 20_000 if d_k <= 256 else 4_000
     what = f"dot_product_variance({d_k}, n_pairs={n_pairs}, scaled={scaled})"
-    return Case(what, call=functools.partial(_call_seeded, seed=seed, what=what, args=(d_k,),
-                                             kwargs={"n_pairs": n_pairs, "scaled": scaled}),
-                inspect=functools.partial(_judge_variance, what=what, d_k=d_k, scaled=scaled))
+    target = 1.0 if scaled else float(d_k)
+
+    def call_seeded(learner_fn: Callable) -> Any:
+        """The learner draws q and k from the global generators (torch's or NumPy's): seeded, a rerun
+        measures the same."""
+        torch.manual_seed(seed)
+        np.random.seed(seed)
+        return call_learner(what, learner_fn, d_k, n_pairs=n_pairs, scaled=scaled)
+
+    def judge(answer: Any) -> None:
+        """Near d_k (near 1 when scaled), within 15 %; a value near what a usual mistake measures is named."""
+        value = _as_float(answer, what)
+        if not math.isfinite(value):
+            raise CheckFailed(f"{what}: got {value}, expected a finite variance near {target:g}")
+        if value == target and d_k > 1:
+            raise CheckFailed(f"{what}: returned exactly {target:g}, the theoretical value; "
+                              "measure it: draw random q and k and take the variance of their dot products")
+
+        def near(x: float) -> bool:
+            return abs(value - x) <= 0.15 * x
+
+        if near(target):
+            return
+        if scaled and d_k > 1 and near(1.0 / d_k):
+            raise CheckFailed(f"{what}: got {value:.3g}, about 1/d_k: you divided by d_k instead of √d_k")
+        if scaled and d_k > 1 and near(float(d_k)):
+            raise CheckFailed(f"{what}: got {value:.3g}, about d_k: with scaled=True divide each dot "
+                              "product by √d_k")
+        if not scaled and d_k > 1 and near(1.0):
+            raise CheckFailed(f"{what}: got {value:.3g}, about 1 instead of d_k = {d_k}: with scaled=False "
+                              "use the raw dot products q·k (sum over all d_k products)")
+        if d_k > 1 and near(math.sqrt(target)):
+            raise CheckFailed(f"{what}: got {value:.3g}, about √{target:g}: that is the standard deviation; "
+                              "return the variance (.var())")
+        raise CheckFailed(f"{what}: got {value:.3g}, expected about {target:g} (within 15 %)")
+
+    return Case(what, call=call_seeded, inspect=judge)
 
 
 @isolated
@@ -129,9 +113,7 @@ def check_dot_product_variance(learner_fn: Callable, hidden: bool = False) -> No
     """The measured variance of q·k is about d_k, and about 1 after dividing by √d_k."""
     d_ks = [4, 64, 256] + ([1, 16, 1024] if hidden else [])
     cases = [_variance_case(seed, d_k, scaled) for seed, d_k in enumerate(d_ks) for scaled in (False, True)]
-    # Its ✔ line names the d_k measured rather than a number of cases (run fills in only {n}).
-    exercise = dataclasses.replace(DOT_PRODUCT_VARIANCE, success=DOT_PRODUCT_VARIANCE.success.format(d_ks=d_ks))
-    run(exercise, learner_fn, cases, hidden)
+    run(DOT_PRODUCT_VARIANCE, learner_fn, cases, hidden, fields={"d_ks": d_ks})
 
 
 # ----------------------------------------------------------------------------------------------
@@ -180,59 +162,63 @@ def _sdpa_mistakes(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> dict
     return mistakes
 
 
-def _sdpa_cases(hidden: bool) -> list[dict[str, Any]]:
-    """Seeded inputs: (label, q, k, v, mask, dropout_p, check gradients)."""
-    def rand(seed: int, *shapes: tuple[int, ...], dtype: torch.dtype = torch.float32) -> list[Tensor]:
-        generator = torch.Generator().manual_seed(seed)
-        return [torch.randn(shape, generator=generator, dtype=dtype) for shape in shapes]
+def _sdpa_case(learner_fn: Callable, label: str, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
+               dropout_p: float = 0.0, grad: bool = False) -> Case:
+    """The call, its reference answer and every usual mistake's, computed before the learner's code runs."""
+    args = (q, k, v) if mask is None else (q, k, v, mask)
+    kwargs = {"dropout_p": dropout_p} if dropout_p else {}
+    what = ("scaled_dot_product_attention(q, k, v" + ("" if mask is None else ", mask")
+            + (f", dropout_p={dropout_p}" if kwargs else "") + ")")
+    expected_output, expected_weights = scaled_dot_product_attention(q, k, v, mask)
+    mistakes = _sdpa_mistakes(q, k, v, mask)
 
-    def tril(t_q: int, t_k: int) -> Tensor:
-        return torch.ones(t_q, t_k, dtype=torch.bool).tril()
+    def attention_pair(learner_fn: Callable, *args: Tensor) -> tuple:
+        """The learner's (output, weights). Dropout uses torch's global generator: seeded, reruns drop alike."""
+        if dropout_p:
+            torch.manual_seed(0)
+        result = call_learner(what, learner_fn, *args, **kwargs)
+        if not isinstance(result, (tuple, list)) or len(result) != 2:
+            raise CheckFailed(f"{label}: return a pair (output, weights), got {type(result).__name__}")
+        return result[0], result[1]
 
-    cases = []
-    q, k, v = rand(0, (2, 3, 5, 8), (2, 3, 5, 8), (2, 3, 5, 8))
-    cases.append(dict(label="self-attention, no mask, q/k/v (2, 3, 5, 8)", q=q, k=k, v=v, mask=None))
-    q, k, v = rand(1, (1, 2, 6, 4), (1, 2, 6, 4), (1, 2, 6, 4))
-    cases.append(dict(label="causal mask (6, 6)", q=q, k=k, v=v, mask=tril(6, 6)))
-    q, k, v = rand(2, (2, 2, 3, 8), (2, 2, 7, 8), (2, 2, 7, 5))
-    keep = torch.tensor([[True] * 5 + [False] * 2, [True] + [False] * 6])  # row 2 hides every key but one
-    cases.append(dict(label="cross-attention T_q=3, T_k=7, padding mask (2, 1, 1, 7)", q=q, k=k, v=v,
-                      mask=keep[:, None, None, :]))
-    q, k, v = rand(3, (1, 1, 3, 4), (1, 1, 3, 4), (1, 1, 3, 4))
-    all_hidden = torch.tensor([[True, False, False], [False, False, False], [True, True, True]])
-    cases.append(dict(label="a query whose keys are all masked", q=q, k=k, v=v, mask=all_hidden, grad=True))
-    q, k, v = rand(4, (2, 2, 5, 8), (2, 2, 5, 8), (2, 2, 5, 8))
-    cases.append(dict(label="dropout_p=0.5", q=q, k=k, v=v, mask=None, dropout_p=0.5))
-    if hidden:
-        q, k, v = rand(5, (1, 1, 1, 16), (1, 1, 1, 16), (1, 1, 1, 16))
-        cases.append(dict(label="T = 1", q=q, k=k, v=v, mask=None))
-        q, k, v = rand(6, (4, 7, 16), (4, 7, 16), (4, 7, 3))
-        generator = torch.Generator().manual_seed(6)
-        mask = torch.rand(7, 7, generator=generator) < 0.5
-        mask[:, 0] = True  # every query may attend to at least one key
-        cases.append(dict(label="3-d inputs (4, 7, 16) with a random mask", q=q, k=k, v=v, mask=mask))
-        q, k, v = rand(7, (3, 4, 6, 32), (3, 4, 6, 32), (3, 4, 6, 32), dtype=torch.float64)
-        keep = torch.tensor([[True] * 6, [True] * 4 + [False] * 2, [False] * 6])  # the last one is all padding
-        mask = tril(6, 6) & keep[:, None, None, :]  # (3, 1, 6, 6)
-        cases.append(dict(label="float64, causal & padding (3, 1, 6, 6) with a fully padded sequence",
-                          q=q, k=k, v=v, mask=mask, grad=True))
-        q, k, v = rand(8, (2, 2, 9, 256), (2, 2, 9, 256), (2, 2, 9, 256))
-        cases.append(dict(label="d_k = 256", q=q, k=k, v=v, mask=tril(9, 9)))
-    return cases
+    def expect_attention(pair: tuple) -> None:
+        """(output, weights) in that order; with dropout, weights dropped and rescaled; else a fully
+        masked query's zero weights, then the weights and the output equal to the reference."""
+        output, weights = pair
+        if (isinstance(output, Tensor) and isinstance(weights, Tensor)
+                and expected_output.shape != expected_weights.shape
+                and output.shape == expected_weights.shape and weights.shape == expected_output.shape):
+            raise CheckFailed(f"{label}: you returned (weights, output); return (output, weights)")
+        if dropout_p:
+            _check_dropout(output, weights, expected_weights, v, dropout_p, label)
+            return
+        if mask is not None and isinstance(weights, Tensor) and weights.shape == expected_weights.shape:
+            empty = (~mask.any(dim=-1, keepdim=True)).expand_as(weights)  # queries with no allowed key
+            if empty.any() and not torch.equal(weights[empty], torch.zeros_like(weights[empty])):
+                nan = bool(torch.isnan(weights[empty]).any())
+                raise CheckFailed(
+                    f"{label}: a query whose keys are all masked got "
+                    + ("NaN weights (softmax of a row of -inf is 0/0)" if nan else "non-zero weights")
+                    + "; give such rows zero weights and a zero output (see the hint)")
+        swapped = {"the output: you returned (weights, output); return (output, weights)": expected_output}
+        compare(weights, expected_weights, f"weights ({label})", {**{d: w for d, (_, w) in mistakes.items()},
+                                                                  **swapped})
+        compare(output, expected_output, f"output ({label})", {d: o for d, (o, _) in mistakes.items()})
 
+    def expect_finite_gradients(_: Any) -> None:
+        """A second call, on leaves that need gradients: backward through a fully masked row must not give NaN."""
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        output, _ = attention_pair(learner_fn, *leaves, *args[3:])
+        call_learner("output.sum().backward()", lambda: output.sum().backward())
+        if not all(leaf.grad is not None and torch.isfinite(leaf.grad).all() for leaf in leaves):
+            raise CheckFailed(
+                f"{label}: the forward pass is right but the gradients are NaN: softmax over a row of "
+                "-inf has a NaN gradient even if you zero its output afterwards; fill masked scores "
+                "with masked_fill and set fully masked rows to a finite value (e.g. 0) *before* softmax")
 
-def _unpack_pair(result: Any, what: str) -> tuple[Any, Any]:
-    if not isinstance(result, (tuple, list)) or len(result) != 2:
-        raise CheckFailed(f"{what}: return a pair (output, weights), got {type(result).__name__}")
-    return result[0], result[1]
-
-
-def _attention_pair(learner_fn: Callable, what: str, args: tuple, kwargs: dict[str, Any], label: str) -> tuple:
-    """The learner's (output, weights). Dropout draws from torch's global generator: seeded, a
-    rerun drops the same weights."""
-    if kwargs.get("dropout_p"):
-        torch.manual_seed(0)
-    return _unpack_pair(call_learner(what, learner_fn, *args, **kwargs), label)
+    return Case(what, args, kwargs, unchanged_what=f"scaled_dot_product_attention ({label})",
+                call=lambda fn: attention_pair(fn, *args), inspect=expect_attention,
+                after=expect_finite_gradients if grad else None)
 
 
 def _check_dropout(output: Tensor, weights: Tensor, expected_weights: Tensor, v: Tensor, p: float,
@@ -253,75 +239,40 @@ def _check_dropout(output: Tensor, weights: Tensor, expected_weights: Tensor, v:
     compare(output, weights @ v, f"output ({what}): must be the dropped-out weights @ v")
 
 
-def _expect_zero_rows(weights: Any, mask: Tensor | None, expected_weights: Tensor, label: str) -> None:
-    """A query whose keys are all masked gets zero weights: not NaN, not a uniform row."""
-    if mask is None or not isinstance(weights, Tensor) or weights.shape != expected_weights.shape:
-        return
-    empty = (~mask.any(dim=-1, keepdim=True)).expand_as(weights)  # queries with no allowed key
-    if empty.any() and not torch.equal(weights[empty], torch.zeros_like(weights[empty])):
-        nan = bool(torch.isnan(weights[empty]).any())
-        raise CheckFailed(
-            f"{label}: a query whose keys are all masked got "
-            + ("NaN weights (softmax of a row of -inf is 0/0)" if nan else "non-zero weights")
-            + "; give such rows zero weights and a zero output (see the hint)")
-
-
-def _expect_finite_gradients(learner_fn: Callable, what: str, spec: dict[str, Any], kwargs: dict[str, Any]) -> None:
-    """A second call, on leaves that need gradients: backward through a fully masked row must not give NaN."""
-    leaves = [t.clone().requires_grad_() for t in (spec["q"], spec["k"], spec["v"])]
-    args = (*leaves,) if spec["mask"] is None else (*leaves, spec["mask"])
-    output, _ = _attention_pair(learner_fn, what, args, kwargs, spec["label"])
-    call_learner("output.sum().backward()", lambda: output.sum().backward())
-    if not all(leaf.grad is not None and torch.isfinite(leaf.grad).all() for leaf in leaves):
-        raise CheckFailed(
-            f"{spec['label']}: the forward pass is right but the gradients are NaN: softmax over a row of "
-            "-inf has a NaN gradient even if you zero its output afterwards; fill masked scores "
-            "with masked_fill and set fully masked rows to a finite value (e.g. 0) *before* softmax")
-
-
-def _expect_attention(pair: tuple, spec: dict[str, Any], expected: tuple[Tensor, Tensor],
-                      mistakes: dict[str, tuple[Tensor, Tensor]], gradients: Callable[[], None] | None) -> None:
-    """(output, weights) in that order; with dropout, weights dropped and rescaled; else the weights,
-    then the output, equal to the reference, and then (where asked) finite gradients."""
-    output, weights = pair
-    expected_output, expected_weights = expected
-    label = spec["label"]
-    if (isinstance(output, Tensor) and isinstance(weights, Tensor)
-            and expected_output.shape != expected_weights.shape
-            and output.shape == expected_weights.shape and weights.shape == expected_output.shape):
-        raise CheckFailed(f"{label}: you returned (weights, output); return (output, weights)")
-    if spec.get("dropout_p"):
-        _check_dropout(output, weights, expected_weights, spec["v"], spec["dropout_p"], label)
-        return
-    _expect_zero_rows(weights, spec["mask"], expected_weights, label)
-    swapped = {"the output: you returned (weights, output); return (output, weights)": expected_output}
-    compare(weights, expected_weights, f"weights ({label})", {**{d: w for d, (_, w) in mistakes.items()}, **swapped})
-    compare(output, expected_output, f"output ({label})", {d: o for d, (o, _) in mistakes.items()})
-    if gradients is not None:
-        gradients()
-
-
-def _sdpa_case(learner_fn: Callable, spec: dict[str, Any]) -> Case:
-    """The call, its reference answer and every usual mistake's, computed before the learner's code runs."""
-    q, k, v, mask, label = spec["q"], spec["k"], spec["v"], spec["mask"], spec["label"]
-    args = (q, k, v) if mask is None else (q, k, v, mask)
-    kwargs = {"dropout_p": spec["dropout_p"]} if spec.get("dropout_p") else {}
-    what = ("scaled_dot_product_attention(q, k, v" + ("" if mask is None else ", mask")
-            + (f", dropout_p={spec['dropout_p']}" if kwargs else "") + ")")
-    gradients = None
-    if spec.get("grad"):  # a second call, judged once the forward pass is right
-        gradients = functools.partial(_expect_finite_gradients, learner_fn, what, spec, kwargs)
-    return Case(what, args, kwargs, unchanged_what=f"scaled_dot_product_attention ({label})",
-                call=functools.partial(_attention_pair, what=what, args=args, kwargs=kwargs, label=label),
-                inspect=functools.partial(_expect_attention, spec=spec,
-                                          expected=scaled_dot_product_attention(q, k, v, mask),
-                                          mistakes=_sdpa_mistakes(q, k, v, mask), gradients=gradients))
-
-
 @isolated
 def check_scaled_dot_product_attention(learner_fn: Callable, hidden: bool = False) -> None:
     """softmax(q kᵀ/√d_k) v with boolean masks (True = may attend), zero rows for fully masked queries."""
-    cases = [_sdpa_case(learner_fn, spec) for spec in _sdpa_cases(hidden)]
+    def case(label: str, seed: int, *shapes: tuple[int, ...], dtype: torch.dtype = torch.float32, **spec: Any) -> Case:
+        """Seeded q, k, v of these shapes; `spec`: mask, dropout_p, grad (check gradients too)."""
+        generator = seeded(seed)
+        q, k, v = (torch.randn(shape, generator=generator, dtype=dtype) for shape in shapes)
+        return _sdpa_case(learner_fn, label, q, k, v, **spec)
+
+    def tril(t_q: int, t_k: int) -> Tensor:
+        return torch.ones(t_q, t_k, dtype=torch.bool).tril()
+
+    keep = torch.tensor([[True] * 5 + [False] * 2, [True] + [False] * 6])  # row 2 hides every key but one
+    all_hidden = torch.tensor([[True, False, False], [False, False, False], [True, True, True]])
+    cases = [
+        case("self-attention, no mask, q/k/v (2, 3, 5, 8)", 0, (2, 3, 5, 8), (2, 3, 5, 8), (2, 3, 5, 8)),
+        case("causal mask (6, 6)", 1, (1, 2, 6, 4), (1, 2, 6, 4), (1, 2, 6, 4), mask=tril(6, 6)),
+        case("cross-attention T_q=3, T_k=7, padding mask (2, 1, 1, 7)", 2, (2, 2, 3, 8), (2, 2, 7, 8), (2, 2, 7, 5),
+             mask=keep[:, None, None, :]),
+        case("a query whose keys are all masked", 3, (1, 1, 3, 4), (1, 1, 3, 4), (1, 1, 3, 4), mask=all_hidden,
+             grad=True),
+        case("dropout_p=0.5", 4, (2, 2, 5, 8), (2, 2, 5, 8), (2, 2, 5, 8), dropout_p=0.5),
+    ]
+    if hidden:
+        mask = torch.rand(7, 7, generator=torch.Generator().manual_seed(6)) < 0.5
+        mask[:, 0] = True  # every query may attend to at least one key
+        keep = torch.tensor([[True] * 6, [True] * 4 + [False] * 2, [False] * 6])  # the last one is all padding
+        cases += [
+            case("T = 1", 5, (1, 1, 1, 16), (1, 1, 1, 16), (1, 1, 1, 16)),
+            case("3-d inputs (4, 7, 16) with a random mask", 6, (4, 7, 16), (4, 7, 16), (4, 7, 3), mask=mask),
+            case("float64, causal & padding (3, 1, 6, 6) with a fully padded sequence", 7, (3, 4, 6, 32),
+                 (3, 4, 6, 32), (3, 4, 6, 32), dtype=torch.float64, mask=tril(6, 6) & keep[:, None, None, :]),
+            case("d_k = 256", 8, (2, 2, 9, 256), (2, 2, 9, 256), (2, 2, 9, 256), mask=tril(9, 9)),
+        ]
     run(SDPA, learner_fn, cases, hidden)
 
 
@@ -339,52 +290,49 @@ def _expect_bool_mask(mask: Any, what: str) -> None:
         raise CheckFailed(f"{what}: expected a bool tensor (True = may attend), got dtype {mask.dtype}{extra}")
 
 
-def _causal_case(t_q: int, t_k: int | None) -> Case:
-    full_k = t_q if t_k is None else t_k
-    expected = causal_mask(t_q, t_k)
-    ones = torch.ones(t_q, full_k, dtype=torch.bool)
-    offset = full_k - t_q
-    mistakes = {
-        "a mask that is True on the future (the upper triangle): True must mean *may attend*, so the "
-        "future must be False": ~expected,
-        "a mask that blocks the diagonal: every token must be allowed to see itself":
-            ones.tril(diagonal=offset - 1),
-        "a mask shifted the other way: each query also sees the next (future) token; the diagonal is the "
-        "last position a query may see": ones.tril(diagonal=offset + 1),
-        "a transposed mask: you blocked the past (lower triangle) instead of the future (upper triangle)":
-            ones.triu(diagonal=offset),
-        "the square mask's pattern: for t_k > t_q the queries are the *last* t_q positions, so query i "
-        "sits at position t_k - t_q + i (shift the diagonal by t_k - t_q)": ones.tril(),
-    }
-    what = f"causal_mask({t_q})" if t_k is None else f"causal_mask({t_q}, {t_k})"
-    args = (t_q,) if t_k is None else (t_q, t_k)
-    return Case(what, args, expected=expected, mistakes=mistakes,
-                inspect=functools.partial(_expect_bool_mask, what=what))
-
-
-def _expect_mask_on_devices(learner_fn: Callable, devices: list[str]) -> None:
-    """The mask is made on the device it is asked for, so that on a GPU it sits next to the scores."""
-    for device in devices:
-        what = f"causal_mask(3, 5, device={device!r})"
-        mask = call_learner(what, learner_fn, 3, 5, device=device)
-        if not isinstance(mask, Tensor) or mask.device.type != device:
-            where = mask.device.type if isinstance(mask, Tensor) else type(mask).__name__
-            raise CheckFailed(f"{what}: your mask is on {where}; create it on the given device (device=device "
-                              "in the tensor you build), so that on a GPU it sits next to the scores")
-        if tuple(mask.shape) != (3, 5) or mask.dtype != torch.bool:
-            raise CheckFailed(f"{what}: expected a (3, 5) bool mask, got {shape_str(mask)} {mask.dtype}")
-
-
 @isolated
 def check_causal_mask(learner_fn: Callable, hidden: bool = False) -> None:
     """(T_q, T_k) bool, True on and below the (shifted) diagonal: no query sees its future."""
     sizes: list[tuple[int, int | None]] = [(4, None), (6, None), (2, 5), (1, 4), (1, None)]
     if hidden:
         sizes += [(3, 3), (9, None), (3, 8)]
-    cases = [_causal_case(t_q, t_k) for t_q, t_k in sizes]
+    cases = []
+    for t_q, t_k in sizes:
+        full_k = t_q if t_k is None else t_k
+        expected = causal_mask(t_q, t_k)
+        ones = torch.ones(t_q, full_k, dtype=torch.bool)
+        offset = full_k - t_q
+        mistakes = {
+            "a mask that is True on the future (the upper triangle): True must mean *may attend*, so the "
+            "future must be False": ~expected,
+            "a mask that blocks the diagonal: every token must be allowed to see itself":
+                ones.tril(diagonal=offset - 1),
+            "a mask shifted the other way: each query also sees the next (future) token; the diagonal is the "
+            "last position a query may see": ones.tril(diagonal=offset + 1),
+            "a transposed mask: you blocked the past (lower triangle) instead of the future (upper triangle)":
+                ones.triu(diagonal=offset),
+            "the square mask's pattern: for t_k > t_q the queries are the *last* t_q positions, so query i "
+            "sits at position t_k - t_q + i (shift the diagonal by t_k - t_q)": ones.tril(),
+        }
+        what = f"causal_mask({t_q})" if t_k is None else f"causal_mask({t_q}, {t_k})"
+        cases.append(Case(what, (t_q,) if t_k is None else (t_q, t_k), expected=expected, mistakes=mistakes,
+                          inspect=functools.partial(_expect_bool_mask, what=what)))
     # "meta" stands in for a GPU (a device without data, on any machine).
     devices = ["meta"] + (["cuda"] if hidden and torch.cuda.is_available() else [])
-    run(CAUSAL_MASK, learner_fn, cases, hidden, then=functools.partial(_expect_mask_on_devices, learner_fn, devices))
+
+    def expect_mask_on_devices() -> None:
+        """The mask is made on the device it is asked for, so that on a GPU it sits next to the scores."""
+        for device in devices:
+            what = f"causal_mask(3, 5, device={device!r})"
+            mask = call_learner(what, learner_fn, 3, 5, device=device)
+            if not isinstance(mask, Tensor) or mask.device.type != device:
+                where = mask.device.type if isinstance(mask, Tensor) else type(mask).__name__
+                raise CheckFailed(f"{what}: your mask is on {where}; create it on the given device (device=device "
+                                  "in the tensor you build), so that on a GPU it sits next to the scores")
+            if tuple(mask.shape) != (3, 5) or mask.dtype != torch.bool:
+                raise CheckFailed(f"{what}: expected a (3, 5) bool mask, got {shape_str(mask)} {mask.dtype}")
+
+    run(CAUSAL_MASK, learner_fn, cases, hidden, then=expect_mask_on_devices)
 
 
 def _expect_key_mask(mask: Any, what: str, expected: Tensor) -> None:
@@ -401,14 +349,6 @@ def _expect_key_mask(mask: Any, what: str, expected: Tensor) -> None:
                           f"hides *keys*, the last axis: (B, 1, 1, T) = {shape_str(expected)}")
 
 
-def _padding_case(ids: Tensor, pad_id: int) -> Case:
-    what = f"padding_mask(ids of shape {shape_str(ids)}, pad_id={pad_id})"
-    expected = padding_mask(ids, pad_id)
-    inverted = "a mask that is True at the padding: True must mean *may attend*, so padding is False"
-    return Case(what, (ids, pad_id), expected=expected, mistakes={inverted: ~expected},
-                inspect=functools.partial(_expect_key_mask, what=what, expected=expected))
-
-
 @isolated
 def check_padding_mask(learner_fn: Callable, hidden: bool = False) -> None:
     """(B, 1, 1, T) bool, False at padding keys."""
@@ -423,31 +363,19 @@ def check_padding_mask(learner_fn: Callable, hidden: bool = False) -> None:
             (torch.zeros(1, 4, dtype=torch.long), 0),  # batch of 1, nothing but padding
             (torch.tensor([[1, 1, 1, 3, 1, 0, 0, 0]]), 1),
         ]
-    run(PADDING_MASK, learner_fn, [_padding_case(ids, pad_id) for ids, pad_id in batches], hidden)
+    cases = []
+    inverted = "a mask that is True at the padding: True must mean *may attend*, so padding is False"
+    for ids, pad_id in batches:
+        what = f"padding_mask(ids of shape {shape_str(ids)}, pad_id={pad_id})"
+        expected = padding_mask(ids, pad_id)
+        cases.append(Case(what, (ids, pad_id), expected=expected, mistakes={inverted: ~expected},
+                          inspect=functools.partial(_expect_key_mask, what=what, expected=expected)))
+    run(PADDING_MASK, learner_fn, cases, hidden)
 
 
 # ----------------------------------------------------------------------------------------------
 # Splitting and merging heads
 # ----------------------------------------------------------------------------------------------
-
-
-def _expect_heads_transposed(split: Any, what: str, expected: Tensor) -> None:
-    batch, n_heads, length, d_head = expected.shape
-    untransposed = (batch, length, n_heads, d_head)
-    if isinstance(split, Tensor) and tuple(split.shape) == untransposed != tuple(expected.shape):
-        raise CheckFailed(f"{what}: got shape {shape_str(split)} = (B, T, n_heads, d_head); "
-                          "transpose(1, 2) to (B, n_heads, T, d_head)")
-
-
-def _expect_heads_concatenated(merged: Any, what: str, heads: Tensor) -> None:
-    batch, n_heads, length, d_head = heads.shape
-    if isinstance(merged, Tensor) and tuple(merged.shape) == (batch, length, d_head) and n_heads > 1:
-        raise CheckFailed(f"{what}: got shape {shape_str(merged)}: the heads were summed or averaged; "
-                          f"concatenate them into d_model = n_heads × d_head = {n_heads * d_head}")
-
-
-def _merge_of_split(learner_split: Callable, learner_merge: Callable, x: Tensor, n_heads: int) -> Any:
-    return learner_merge(learner_split(x, n_heads))
 
 
 def _heads_cases(seed: int, batch: int, length: int, d_model: int, n_heads: int, learner_split: Callable,
@@ -477,13 +405,24 @@ def _heads_cases(seed: int, batch: int, length: int, d_model: int, n_heads: int,
     merge_what = f"merge_heads(x of shape {shape_str(heads)})"
     round_trip_what = f"merge_heads(split_heads(x, {n_heads})) for x of shape {shape_str(x)}"
     expected_split = split_heads(x, n_heads)
+
+    def expect_heads_transposed(split: Any) -> None:
+        if isinstance(split, Tensor) and tuple(split.shape) == (batch, length, n_heads, d_head) != tuple(
+                expected_split.shape):
+            raise CheckFailed(f"{split_what}: got shape {shape_str(split)} = (B, T, n_heads, d_head); "
+                              "transpose(1, 2) to (B, n_heads, T, d_head)")
+
+    def expect_heads_concatenated(merged: Any) -> None:
+        if isinstance(merged, Tensor) and tuple(merged.shape) == (batch, length, d_head) and n_heads > 1:
+            raise CheckFailed(f"{merge_what}: got shape {shape_str(merged)}: the heads were summed or averaged; "
+                              f"concatenate them into d_model = n_heads × d_head = {n_heads * d_head}")
+
     return [
         (learner_split, Case(split_what, (x, n_heads), expected=expected_split, mistakes=split_mistakes,
-                             inspect=functools.partial(_expect_heads_transposed, what=split_what,
-                                                       expected=expected_split))),
+                             inspect=expect_heads_transposed)),
         (learner_merge, Case(merge_what, (heads,), expected=merge_heads(heads), mistakes=merge_mistakes,
-                             inspect=functools.partial(_expect_heads_concatenated, what=merge_what, heads=heads))),
-        (functools.partial(_merge_of_split, learner_split, learner_merge),
+                             inspect=expect_heads_concatenated)),
+        (lambda x, n_heads: learner_merge(learner_split(x, n_heads)),
          Case(round_trip_what, (x, n_heads), expected=x, label=round_trip_what + " should give x back",
               unchanged=())),  # the two calls above already check that their inputs are left alone
     ]
@@ -502,7 +441,7 @@ def check_split_merge_heads(learner_split: Callable, learner_merge: Callable, hi
     with off_limits(SPLIT_MERGE_HEADS.off_limits, SPLIT_MERGE_HEADS.name, namespaces):
         for learner, case in cases:
             run_case(SPLIT_MERGE_HEADS, learner, case)
-    passed(SPLIT_MERGE_HEADS.success.format(n=len(shapes)) + hidden_note(hidden))
+    passed(SPLIT_MERGE_HEADS.success.format(n=len(shapes)) + (SPLIT_MERGE_HEADS.hidden_note if hidden else ""))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -585,83 +524,39 @@ def _expect_an_attention_layout(module: nn.Module, reference_state: dict[str, Te
     return state
 
 
-def _mha_cases(hidden: bool) -> list[dict[str, Any]]:
-    def causal(t: int) -> Tensor:
-        return torch.ones(t, t, dtype=torch.bool).tril()
-
-    keep = torch.tensor([[True] * 7, [True] * 4 + [False] * 3])
-    cases = [
-        dict(label="self-attention, d_model=16, n_heads=4, x (2, 5, 16)", d_model=16, n_heads=4, x=(2, 5)),
-        dict(label="masked self-attention, causal mask (6, 6), d_model=8, n_heads=2", d_model=8, n_heads=2,
-             x=(1, 6), mask=causal(6)),
-        dict(label="cross-attention, x (2, 3, 16), memory (2, 7, 16)", d_model=16, n_heads=4, x=(2, 3), memory=7),
-        dict(label="cross-attention with a padding mask (2, 1, 1, 7) for memory", d_model=16, n_heads=4, x=(2, 3),
-             memory=7, mask=keep[:, None, None, :]),
-        dict(label="B = 1, T = 1", d_model=8, n_heads=2, x=(1, 1)),
-    ]
-    if hidden:
-        keep = torch.tensor([[True] * 6, [True] * 3 + [False] * 3, [True] * 5 + [False]])
-        cases += [
-            dict(label="one head, d_model=12", d_model=12, n_heads=1, x=(2, 4)),
-            dict(label="8 heads of d_head 4, causal & padding (3, 1, 6, 6)", d_model=32, n_heads=8, x=(3, 6),
-                 mask=causal(6) & keep[:, None, None, :]),
-            dict(label="cross-attention to a memory of length 1", d_model=16, n_heads=4, x=(2, 5), memory=1),
-        ]
-    return cases
-
-
-def _mha_forward(learner_cls: type, d_model: int, n_heads: int, state: dict[str, Tensor], what: str, args: tuple,
-                mask: Tensor | None) -> Any:
-    """Build the learner's module, load the reference's weights into it (in its layout), run forward."""
-    build = f"{learner_cls.__name__}({d_model}, {n_heads})"
-    module = build_module(build, learner_cls, d_model, n_heads)
-    state = _expect_an_attention_layout(module, state, build)
-    load_state(module, state, build, strict=False)  # extra buffers (e.g. a cached mask) are fine
-    module.eval()
-    return call_learner(what, module, *args, mask=mask)
-
-
-def _expect_one_output(output: Any, what: str, x: Tensor, memory: Tensor | None) -> None:
-    """One tensor, whose rows are the queries': from x, not from memory."""
-    if isinstance(output, (tuple, list)):
-        raise CheckFailed(f"{what}: return only the output tensor (B, T_q, d_model), "
-                          f"got a {type(output).__name__}")
-    if (memory is not None and isinstance(output, Tensor) and memory.shape[1] != x.shape[1]
-            and tuple(output.shape) == tuple(memory.shape)):
-        raise CheckFailed(f"{what}: your output has one row per *memory* position; queries "
-                          "come from x (the decoder), keys and values from memory")
-
-
-def _mha_case(seed: int, spec: dict[str, Any]) -> Case:
+def _mha_case(seed: int, label: str, d_model: int, n_heads: int, x_shape: tuple[int, int], memory_length: int = 0,
+              mask: Tensor | None = None) -> Case:
     """The reference module (seeded), its inputs, its output and every usual mistake's."""
-    d_model, n_heads, (batch, length) = spec["d_model"], spec["n_heads"], spec["x"]
     torch.manual_seed(seed)
     reference = MultiHeadAttention(d_model, n_heads).eval()
-    x = torch.randn(batch, length, d_model)
-    memory = torch.randn(batch, spec["memory"], d_model) if "memory" in spec else None
-    mask = spec.get("mask")
+    x = torch.randn(*x_shape, d_model)
+    memory = torch.randn(x_shape[0], memory_length, d_model) if memory_length else None
     with torch.no_grad():
-        expected = reference(x, memory, mask=mask)
-        mistakes = _mha_mistakes(reference, x, memory, mask)
+        expected, mistakes = reference(x, memory, mask=mask), _mha_mistakes(reference, x, memory, mask)
     args = (x,) if memory is None else (x, memory)
     call = "forward(x" + ("" if memory is None else ", memory") + ("" if mask is None else ", mask=mask") + ")"
-    what = f"{call} ({spec['label']})"
+    what = f"{call} ({label})"
+
+    def forward(learner_cls: type) -> Any:
+        """Build the learner's module, load the reference's weights into it (in its layout), run forward."""
+        build = f"{learner_cls.__name__}({d_model}, {n_heads})"
+        module = build_module(build, learner_cls, d_model, n_heads)
+        state = _expect_an_attention_layout(module, reference.state_dict(), build)
+        load_state(module, state, build, strict=False)  # extra buffers (e.g. a cached mask) are fine
+        module.eval()
+        return call_learner(what, module, *args, mask=mask)
+
+    def expect_one_output(output: Any) -> None:
+        """One tensor, whose rows are the queries': from x, not from memory."""
+        if isinstance(output, (tuple, list)):
+            raise CheckFailed(f"{what}: return only the output tensor (B, T_q, d_model), got a {type(output).__name__}")
+        if (memory is not None and isinstance(output, Tensor) and memory.shape[1] != x.shape[1]
+                and tuple(output.shape) == tuple(memory.shape)):
+            raise CheckFailed(f"{what}: your output has one row per *memory* position; queries "
+                              "come from x (the decoder), keys and values from memory")
+
     return Case(what, args, {"mask": mask}, expected=expected, mistakes=mistakes, unchanged_what=call,
-                call=functools.partial(_mha_forward, d_model=d_model, n_heads=n_heads, state=reference.state_dict(),
-                                       what=what, args=args, mask=mask),
-                inspect=functools.partial(_expect_one_output, what=what, x=x, memory=memory))
-
-
-def _expect_mha_portable(learner_cls: type) -> None:
-    """On a GPU too: fresh modules, moved to float64 and to a data-less device; self-attention without
-    a mask, cross-attention with a padding mask."""
-    generator = seeded(0)
-    x, memory = torch.randn(2, 3, 16, generator=generator), torch.randn(2, 4, 16, generator=generator)
-    keep = torch.tensor([[True] * 4, [True, True, False, False]])[:, None, None, :]  # (B, 1, 1, T_k)
-    for inputs in ([x], [x, memory, keep]):
-        build = f"{learner_cls.__name__}(16, 4)"
-        kind = "self-attention" if len(inputs) == 1 else "cross-attention with a padding mask"
-        expect_portable(f"{build} ({kind})", build_module(build, learner_cls, 16, 4), inputs)
+                call=forward, inspect=expect_one_output)
 
 
 # Judged with the reference attention and head reshapes in place of the learner's (exercises 2 and 5).
@@ -670,8 +565,36 @@ def _expect_mha_portable(learner_cls: type) -> None:
 @isolated
 def check_multi_head_attention(learner_cls: type, hidden: bool = False) -> None:
     """MultiHead = Concat(head_1..h) W^O, self- and cross-attention, loaded with the reference's weights."""
-    cases = [_mha_case(seed, spec) for seed, spec in enumerate(_mha_cases(hidden))]
-    run(MULTI_HEAD_ATTENTION, learner_cls, cases, hidden, then=functools.partial(_expect_mha_portable, learner_cls))
+    causal = torch.ones(6, 6, dtype=torch.bool).tril()
+    keep = torch.tensor([[True] * 7, [True] * 4 + [False] * 3])[:, None, None, :]
+    specs = [
+        ("self-attention, d_model=16, n_heads=4, x (2, 5, 16)", 16, 4, (2, 5)),
+        ("masked self-attention, causal mask (6, 6), d_model=8, n_heads=2", 8, 2, (1, 6), 0, causal),
+        ("cross-attention, x (2, 3, 16), memory (2, 7, 16)", 16, 4, (2, 3), 7),
+        ("cross-attention with a padding mask (2, 1, 1, 7) for memory", 16, 4, (2, 3), 7, keep),
+        ("B = 1, T = 1", 8, 2, (1, 1)),
+    ]
+    if hidden:
+        keep = torch.tensor([[True] * 6, [True] * 3 + [False] * 3, [True] * 5 + [False]])[:, None, None, :]
+        specs += [
+            ("one head, d_model=12", 12, 1, (2, 4)),
+            ("8 heads of d_head 4, causal & padding (3, 1, 6, 6)", 32, 8, (3, 6), 0, causal & keep),
+            ("cross-attention to a memory of length 1", 16, 4, (2, 5), 1),
+        ]
+    cases = [_mha_case(seed, *spec) for seed, spec in enumerate(specs)]
+
+    def expect_portable_modules() -> None:
+        """On a GPU too: fresh modules, moved to float64 and to a data-less device; self-attention without
+        a mask, cross-attention with a padding mask."""
+        generator = seeded(0)
+        x, memory = torch.randn(2, 3, 16, generator=generator), torch.randn(2, 4, 16, generator=generator)
+        keep = torch.tensor([[True] * 4, [True, True, False, False]])[:, None, None, :]  # (B, 1, 1, T_k)
+        for inputs in ([x], [x, memory, keep]):
+            build = f"{learner_cls.__name__}(16, 4)"
+            kind = "self-attention" if len(inputs) == 1 else "cross-attention with a padding mask"
+            expect_portable(f"{build} ({kind})", build_module(build, learner_cls, 16, 4), inputs)
+
+    run(MULTI_HEAD_ATTENTION, learner_cls, cases, hidden, then=expect_portable_modules)
 
 
 __all__ = [

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
 import torch
@@ -23,9 +22,11 @@ from ..attention import causal_mask, padding_mask
 from ..blocks import DecoderLayer, Encoder, EncoderLayer, LayerNorm, sublayer_connection
 from ..models import trace_shapes
 from .adapters import called_like_the_lessons
-from .core import (Case, CheckFailed, Exercise, build_module, call_learner, composite, compare, expect_portable,
-                   isolated, load_reference_weights, one_thread, run)
+from .core import (Case, CheckFailed, Exercise, build_module, call_learner, composite, expect_portable, isolated,
+                   load_reference_weights, one_thread, run)
 
+# This lesson's hidden run replaces the visible cases (its count is theirs, not a total), and its ✔ line says so.
+HIDDEN_NOTE = " (the hidden cases: other shapes and settings than the visible run's)"
 # torch's own LayerNorm, under every name it can be reached by: off-limits in every exercise of this lesson.
 LAYER_NORM_BUILTINS = [
     "torch.nn.LayerNorm",
@@ -34,7 +35,8 @@ LAYER_NORM_BUILTINS = [
     "torch.native_layer_norm",
 ]
 LAYER_NORM_OFF_LIMITS = ["tfcourse.blocks.LayerNorm", "tfcourse.blocks.layer_norm", *LAYER_NORM_BUILTINS]
-LAYER_NORM = Exercise("LayerNorm", LAYER_NORM_OFF_LIMITS, "LayerNorm matches the reference on {n} inputs")
+LAYER_NORM = Exercise("LayerNorm", LAYER_NORM_OFF_LIMITS, "LayerNorm matches the reference on {n} inputs",
+                      hidden_note=HIDDEN_NOTE)
 SUBLAYER_OFF_LIMITS = [
     "tfcourse.blocks.sublayer_connection",
     "tfcourse.blocks.EncoderLayer",
@@ -44,7 +46,7 @@ SUBLAYER_OFF_LIMITS = [
     *LAYER_NORM_BUILTINS,
 ]
 SUBLAYER = Exercise("sub-layer connection", SUBLAYER_OFF_LIMITS,
-                    "sublayer_connection matches post-LN and pre-LN on {n} cases")
+                    "sublayer_connection matches post-LN and pre-LN on {n} cases", hidden_note=HIDDEN_NOTE)
 ENCODER_LAYER_OFF_LIMITS = [
     "tfcourse.blocks.EncoderLayer",
     "tfcourse.blocks.Encoder",
@@ -54,7 +56,8 @@ ENCODER_LAYER_OFF_LIMITS = [
     *LAYER_NORM_BUILTINS,
 ]
 ENCODER_LAYER = Exercise("encoder layer", ENCODER_LAYER_OFF_LIMITS,
-                         "EncoderLayer matches the reference (post-LN and pre-LN) on {n} cases")
+                         "EncoderLayer matches the reference (post-LN and pre-LN) on {n} cases",
+                         hidden_note=HIDDEN_NOTE)
 DECODER_LAYER_OFF_LIMITS = [
     "tfcourse.blocks.DecoderLayer",
     "tfcourse.blocks.Decoder",
@@ -64,7 +67,8 @@ DECODER_LAYER_OFF_LIMITS = [
     *LAYER_NORM_BUILTINS,
 ]
 DECODER_LAYER = Exercise("decoder layer", DECODER_LAYER_OFF_LIMITS,
-                         "DecoderLayer matches the reference (post-LN and pre-LN) on {n} cases")
+                         "DecoderLayer matches the reference (post-LN and pre-LN) on {n} cases",
+                         hidden_note=HIDDEN_NOTE)
 ENCODER_OFF_LIMITS = [
     "tfcourse.blocks.Encoder",
     "torch.nn.TransformerEncoder",
@@ -73,23 +77,14 @@ ENCODER_OFF_LIMITS = [
     *LAYER_NORM_BUILTINS,
 ]
 ENCODER = Exercise("encoder stack", ENCODER_OFF_LIMITS,
-                   "Encoder matches the reference on {n} stacks (post-LN and pre-LN)")
+                   "Encoder matches the reference on {n} stacks (post-LN and pre-LN)", hidden_note=HIDDEN_NOTE)
 # The check's own tracer would hand over the answer.
 SHAPE_TABLE_OFF_LIMITS = ["tfcourse.models.trace_shapes"]
-SHAPE_TABLE = Exercise("table 3-1", SHAPE_TABLE_OFF_LIMITS, "your table 3-1 matches the traced shapes for {n} settings")
+SHAPE_TABLE = Exercise("table 3-1", SHAPE_TABLE_OFF_LIMITS, "your table 3-1 matches the traced shapes for {n} settings",
+                       hidden_note=HIDDEN_NOTE)
 
 # The layers' portability is tried in both arrangements: a stray CPU tensor may hide in either branch.
 _BOTH_ARRANGEMENTS = [dict(d_ff=None, dropout=0.0, norm_first=False), dict(d_ff=None, dropout=0.0, norm_first=True)]
-# This lesson's hidden run replaces the visible cases (its count is theirs, not a total), and its ✔ line says so.
-HIDDEN_NOTE = " (the hidden cases: other shapes and settings than the visible run's)"
-
-
-def _run(exercise: Exercise, learner: Any, cases: Sequence[Case], hidden: bool,
-         then: Callable[[], None] | None = None) -> None:
-    """core.run, its ✔ line ending in HIDDEN_NOTE on a hidden run (the runner's own note, "hidden cases
-    included", would misread the count)."""
-    success = exercise.success + (HIDDEN_NOTE if hidden else "")
-    run(replace(exercise, success=success), learner, cases, hidden=False, then=then)
 
 
 def _randomise_norms(module: nn.Module, generator: torch.Generator) -> None:
@@ -201,31 +196,12 @@ def _expect_gain_and_bias(module: nn.Module, call: str, d_model: int) -> None:
                           "so that at first it only normalises")
 
 
-def _layer_norm_case(name: str, description: str, x: Tensor, eps: float | None, gen: torch.Generator) -> Case:
-    d_model = x.shape[-1]
-    options = {} if eps is None else {"eps": eps}
-    reference = LayerNorm(d_model, **options)
-    _randomise_norms(reference, gen)
-    with torch.no_grad():
-        expected = reference(x)
-        mistakes = _layer_norm_mistakes(x, reference.weight, reference.bias, reference.eps)
-    call = _call_text(name, (d_model,), options)
-    forward = f"{call}.forward(x) for {description}"
-    return Case(forward, expected=expected, mistakes=mistakes, label=f"LayerNorm on {description}",
-                unchanged=[x], unchanged_what=f"LayerNorm on {description}",
-                call=_module_call(call, (d_model,), options, reference, "name the gain `weight` and the shift `bias`",
-                                  forward, (x,), functools.partial(_expect_gain_and_bias, call=call, d_model=d_model)))
-
-
 @isolated
 @one_thread
 def check_layer_norm(learner_cls: Any, hidden: bool = False) -> None:
     """LN(x) = gain · (x − mean) / sqrt(var + eps) + bias over the last dimension, biased variance."""
     gen = torch.Generator().manual_seed(5)
-
-    def normal(*shape: int) -> Tensor:
-        return torch.randn(*shape, generator=gen)
-
+    normal = functools.partial(torch.randn, generator=gen)
     inputs: list[tuple[str, Tensor, float | None]] = [
         ("x (2, 5, 8) with mean 1 and std 3", 3.0 * normal(2, 5, 8) + 1.0, None),
         ("x (1, 1, 16) with a tiny spread (std 0.005, so ε matters)", 0.005 * normal(1, 1, 16) + 2.0, None),
@@ -240,10 +216,23 @@ def check_layer_norm(learner_cls: Any, hidden: bool = False) -> None:
             ("x (2, 4, 10) with a small spread and eps=1e-3", 0.02 * normal(2, 4, 10) - 1.0, 1e-3),
             ("x (1, 1, 4), batch of 1 and T = 1", normal(1, 1, 4), None),
         ]
-    name = getattr(learner_cls, "__name__", "LayerNorm")
-    cases = [_layer_norm_case(name, description, x, eps, gen) for description, x, eps in inputs]
-    _run(LAYER_NORM, learner_cls, cases, hidden,
-         then=functools.partial(_expect_portable, learner_cls, (8,), [{}], [torch.randn(2, 3, 8)]))
+    name, cases = getattr(learner_cls, "__name__", "LayerNorm"), []
+    for description, x, eps in inputs:
+        d_model, options = x.shape[-1], {} if eps is None else {"eps": eps}
+        reference = LayerNorm(d_model, **options)
+        _randomise_norms(reference, gen)
+        with torch.no_grad():
+            expected = reference(x)
+            mistakes = _layer_norm_mistakes(x, reference.weight, reference.bias, reference.eps)
+        call = _call_text(name, (d_model,), options)
+        forward = f"{call}.forward(x) for {description}"
+        cases.append(Case(forward, expected=expected, mistakes=mistakes, label=f"LayerNorm on {description}",
+                          unchanged=[x], unchanged_what=f"LayerNorm on {description}",
+                          call=_module_call(call, (d_model,), options, reference,
+                                            "name the gain `weight` and the shift `bias`", forward, (x,),
+                                            functools.partial(_expect_gain_and_bias, call=call, d_model=d_model))))
+    run(LAYER_NORM, learner_cls, cases, hidden,
+        then=functools.partial(_expect_portable, learner_cls, (8,), [{}], [torch.randn(2, 3, 8)]))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -256,8 +245,7 @@ class _Counted(nn.Module):
 
     def __init__(self, inner: nn.Module):
         super().__init__()
-        self.inner = inner
-        self.calls = 0
+        self.inner, self.calls = inner, 0
 
     def forward(self, x: Tensor) -> Tensor:
         self.calls += 1
@@ -266,25 +254,18 @@ class _Counted(nn.Module):
 
 def _connection(x: Tensor, f: Callable[[Tensor], Tensor], n: Callable[[Tensor], Tensor], style: str) -> Tensor:
     """One sub-layer with its residual and LayerNorm, arranged right ('post', 'pre') or wrongly."""
-    if style == "post":
-        return n(x + f(x))
-    if style == "pre":
-        return x + f(n(x))
-    if style == "ln_plus_f":  # post-LN with the residual added after the norm
-        return n(x) + f(x)
-    if style == "normed_residual":  # pre-LN where x was overwritten by LN(x) before the residual
-        return n(x) + f(n(x))
-    if style == "norm_output":  # the norm on the sub-layer output only
-        return x + n(f(x))
-    if style == "post_no_residual":
-        return n(f(x))
-    if style == "pre_no_residual":
-        return f(n(x))
-    if style == "no_norm":
-        return x + f(x)
-    if style == "pre_extra_norm":  # pre-LN with one more LayerNorm on the sum
-        return n(x + f(n(x)))
-    raise ValueError(style)
+    arrangements = {
+        "post": lambda: n(x + f(x)),
+        "pre": lambda: x + f(n(x)),
+        "ln_plus_f": lambda: n(x) + f(x),  # post-LN with the residual added after the norm
+        "normed_residual": lambda: n(x) + f(n(x)),  # pre-LN where x was overwritten by LN(x) before the residual
+        "norm_output": lambda: x + n(f(x)),  # the norm on the sub-layer output only
+        "post_no_residual": lambda: n(f(x)),
+        "pre_no_residual": lambda: f(n(x)),
+        "no_norm": lambda: x + f(x),
+        "pre_extra_norm": lambda: n(x + f(n(x))),  # pre-LN with one more LayerNorm on the sum
+    }
+    return arrangements[style]()
 
 
 # The mistakes of one sub-layer connection, by the arrangement that was asked for.
@@ -307,10 +288,8 @@ _CONNECTION_MISTAKES = {
 }
 
 
-def _expect_one_call_each(actual: Any, what: str, expected: Tensor, mistakes: dict[str, Tensor],
-                          sublayer: _Counted, norm: _Counted) -> None:
-    """The value first (a wrong output is the news), then: sublayer and norm each called exactly once."""
-    compare(actual, expected, what, mistakes)
+def _expect_one_call_each(what: str, sublayer: _Counted, norm: _Counted) -> None:
+    """After the value (a wrong output is the news): sublayer and norm each called exactly once."""
     if sublayer.calls != 1:
         raise CheckFailed(f"{what}: call `sublayer` exactly once (it was called {sublayer.calls} times): "
                           "it is the expensive part, and with dropout two calls give different results")
@@ -332,10 +311,8 @@ def _sublayer_case(seed: int, norm_first: bool, shape: tuple[int, ...]) -> Case:
                     for style, text in _CONNECTION_MISTAKES[norm_first].items()}
     sublayer, counted_norm = _Counted(feed_forward), _Counted(norm)
     what = f"sublayer_connection(x {tuple(shape)}, sublayer, norm, norm_first={norm_first})"
-    # The comparison is the inspector's: the calls are counted after it (see _expect_one_call_each).
-    return Case(what, (x, sublayer, counted_norm, norm_first),
-                inspect=functools.partial(_expect_one_call_each, what=what, expected=expected, mistakes=mistakes,
-                                          sublayer=sublayer, norm=counted_norm))
+    return Case(what, (x, sublayer, counted_norm, norm_first), expected=expected, mistakes=mistakes,
+                after=lambda _: _expect_one_call_each(what, sublayer, counted_norm))
 
 
 @isolated
@@ -346,7 +323,7 @@ def check_sublayer_connection(learner_fn: Any, hidden: bool = False) -> None:
     if hidden:
         settings = [(False, (1, 1, 4)), (True, (3, 2, 6)), (True, (1, 1, 4)), (False, (2, 7, 12))]
     cases = [_sublayer_case(seed, norm_first, shape) for seed, (norm_first, shape) in enumerate(settings)]
-    _run(SUBLAYER, learner_fn, cases, hidden)
+    run(SUBLAYER, learner_fn, cases, hidden)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -388,56 +365,30 @@ ENCODER_LAYER_NAMES = ("name the sub-modules like tfcourse.blocks.EncoderLayer: 
                        "ffn (PositionwiseFeedForward), norm1 and norm2 (LayerNorm)")
 
 
-def _encoder_layer_cases(hidden: bool) -> list[dict]:
-    # (batch, T, d_model, n_heads, d_ff, norm_first, true lengths for a padding mask or None)
-    cases = [
-        dict(batch=2, length=5, d_model=16, n_heads=4, d_ff=None, norm_first=False, lengths=None),
-        dict(batch=2, length=5, d_model=16, n_heads=4, d_ff=None, norm_first=True, lengths=[5, 3]),
-        dict(batch=1, length=1, d_model=8, n_heads=2, d_ff=None, norm_first=False, lengths=None),
-    ]
-    if hidden:
-        cases = [
-            dict(batch=3, length=7, d_model=12, n_heads=3, d_ff=20, norm_first=True, lengths=None),
-            dict(batch=2, length=6, d_model=16, n_heads=2, d_ff=None, norm_first=False, lengths=[1, 4]),
-            dict(batch=1, length=1, d_model=8, n_heads=2, d_ff=None, norm_first=True, lengths=None),
-        ]
-    return cases
-
-
 # Earlier exercises of this lesson that the layers call by name, with the references that stand in
 # while a layer is judged on its own (a bug in your LayerNorm costs the LayerNorm exercise only).
 LAYER_PARTS = dict(LayerNorm=lambda: LayerNorm, sublayer_connection=lambda: sublayer_connection)
 STACK_PARTS = dict(LAYER_PARTS, EncoderLayer=lambda: called_like_the_lessons(EncoderLayer))
 
 
-def _layer_options(case: dict) -> dict:
-    """The keyword options a layer (or stack) of `case` is built with: dropout off, so outputs are exact."""
-    return dict(d_ff=case["d_ff"], dropout=0.0, norm_first=case["norm_first"])
-
-
-def _encoder_layer_mistakes(reference: EncoderLayer, x: Tensor, mask: Tensor | None, nf: bool) -> dict[str, Tensor]:
-    good = "pre" if nf else "post"
-    steps = [(lambda h: reference.self_attn(h, mask=mask), reference.norm1), (reference.ffn, reference.norm2)]
-    mistakes = _arrangement_mistakes(x, steps, nf, good)
-    if mask is not None:
-        unmasked = [(lambda h: reference.self_attn(h), reference.norm1), (reference.ffn, reference.norm2)]
-        mistakes["a layer that ignores the mask: pass mask= to self-attention"] = (
-            _stack_connections(x, unmasked, [good, good]))
-    return mistakes
-
-
 def _encoder_layer_case(seed: int, case: dict, name: str) -> Case:
     gen = torch.Generator().manual_seed(200 + seed)
     torch.manual_seed(200 + seed)
     nf = case["norm_first"]
-    reference = EncoderLayer(case["d_model"], case["n_heads"], case["d_ff"], dropout=0.0, norm_first=nf).eval()
+    args, options = (case["d_model"], case["n_heads"]), dict(d_ff=case["d_ff"], dropout=0.0, norm_first=nf)
+    reference = EncoderLayer(*args, **options).eval()
     _randomise_norms(reference, gen)
     x = torch.randn(case["batch"], case["length"], case["d_model"], generator=gen)
     mask = None if case["lengths"] is None else _padding(case["lengths"], case["length"])
+    good = "pre" if nf else "post"
     with torch.no_grad():
         expected = reference(x, mask)
-        mistakes = _encoder_layer_mistakes(reference, x, mask, nf)
-    args, options = (case["d_model"], case["n_heads"]), _layer_options(case)
+        steps = [(lambda h: reference.self_attn(h, mask=mask), reference.norm1), (reference.ffn, reference.norm2)]
+        mistakes = _arrangement_mistakes(x, steps, nf, good)
+        if mask is not None:
+            unmasked = [(lambda h: reference.self_attn(h), reference.norm1), (reference.ffn, reference.norm2)]
+            mistakes["a layer that ignores the mask: pass mask= to self-attention"] = (
+                _stack_connections(x, unmasked, [good, good]))
     call = _call_text(name, args, options)
     what = f"{call} on x {tuple(x.shape)} with {'no mask' if mask is None else 'a padding mask'}"
     return Case(what, expected=expected, mistakes=mistakes, unchanged=[x],
@@ -449,11 +400,23 @@ def _encoder_layer_case(seed: int, case: dict, name: str) -> Case:
 @one_thread
 def check_encoder_layer(learner_cls: Any, hidden: bool = False) -> None:
     """Self-attention -> FFN, each wrapped by sublayer_connection; post-LN by default, pre-LN with norm_first."""
+    # (batch, T, d_model, n_heads, d_ff, norm_first, true lengths for a padding mask or None)
+    settings = [
+        dict(batch=2, length=5, d_model=16, n_heads=4, d_ff=None, norm_first=False, lengths=None),
+        dict(batch=2, length=5, d_model=16, n_heads=4, d_ff=None, norm_first=True, lengths=[5, 3]),
+        dict(batch=1, length=1, d_model=8, n_heads=2, d_ff=None, norm_first=False, lengths=None),
+    ]
+    if hidden:
+        settings = [
+            dict(batch=3, length=7, d_model=12, n_heads=3, d_ff=20, norm_first=True, lengths=None),
+            dict(batch=2, length=6, d_model=16, n_heads=2, d_ff=None, norm_first=False, lengths=[1, 4]),
+            dict(batch=1, length=1, d_model=8, n_heads=2, d_ff=None, norm_first=True, lengths=None),
+        ]
     name = getattr(learner_cls, "__name__", "EncoderLayer")
-    cases = [_encoder_layer_case(seed, case, name) for seed, case in enumerate(_encoder_layer_cases(hidden))]
-    _run(ENCODER_LAYER, learner_cls, cases, hidden,
-         then=functools.partial(_expect_portable, learner_cls, (16, 4), _BOTH_ARRANGEMENTS,
-                                [torch.randn(2, 5, 16), _padding([5, 3], 5)]))
+    cases = [_encoder_layer_case(seed, case, name) for seed, case in enumerate(settings)]
+    run(ENCODER_LAYER, learner_cls, cases, hidden,
+        then=functools.partial(_expect_portable, learner_cls, (16, 4), _BOTH_ARRANGEMENTS,
+                               [torch.randn(2, 5, 16), _padding([5, 3], 5)]))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -462,21 +425,6 @@ def check_encoder_layer(learner_cls: Any, hidden: bool = False) -> None:
 
 DECODER_LAYER_NAMES = ("name the sub-modules like tfcourse.blocks.DecoderLayer: self_attn, cross_attn "
                        "(MultiHeadAttention), ffn (PositionwiseFeedForward), norm1, norm2, norm3 (LayerNorm)")
-
-
-def _decoder_layer_cases(hidden: bool) -> list[dict]:
-    cases = [
-        dict(batch=2, t_tgt=5, t_src=5, d_model=16, n_heads=4, d_ff=None, norm_first=False, lengths=None),
-        dict(batch=2, t_tgt=4, t_src=6, d_model=16, n_heads=4, d_ff=None, norm_first=True, lengths=[6, 3]),
-        dict(batch=1, t_tgt=1, t_src=3, d_model=8, n_heads=2, d_ff=None, norm_first=False, lengths=None),
-    ]
-    if hidden:
-        cases = [
-            dict(batch=3, t_tgt=6, t_src=6, d_model=12, n_heads=3, d_ff=20, norm_first=True, lengths=[6, 2, 4]),
-            dict(batch=2, t_tgt=7, t_src=2, d_model=16, n_heads=2, d_ff=None, norm_first=False, lengths=[1, 2]),
-            dict(batch=1, t_tgt=3, t_src=1, d_model=8, n_heads=2, d_ff=None, norm_first=True, lengths=None),
-        ]
-    return cases
 
 
 def _decoder_mistakes(reference: DecoderLayer, x: Tensor, memory: Tensor, self_mask: Tensor,
@@ -490,43 +438,39 @@ def _decoder_mistakes(reference: DecoderLayer, x: Tensor, memory: Tensor, self_m
     def cross(mask: Tensor | None) -> Callable[[Tensor], Tensor]:
         return lambda h: r.cross_attn(h, memory, mask=mask)
 
-    def layer(steps: list) -> Tensor:
-        return _stack_connections(x, steps, [good] * len(steps))
+    def layer(first: Callable[[Tensor], Tensor], second: Callable[[Tensor], Tensor]) -> Tensor:
+        """The layer with `first` and `second` where masked self-attention and cross-attention belong."""
+        return _stack_connections(x, [(first, r.norm1), (second, r.norm2), (r.ffn, r.norm3)], [good] * 3)
 
     right = [(self_attention(self_mask), r.norm1), (cross(memory_mask), r.norm2), (r.ffn, r.norm3)]
     mistakes = _arrangement_mistakes(x, right, nf, good)
     mistakes["a decoder layer whose self-attention ignores the causal mask: pass self_mask to self_attn, "
-             "or every position sees its future"] = (
-        layer([(self_attention(None), r.norm1), (cross(memory_mask), r.norm2), (r.ffn, r.norm3)]))
+             "or every position sees its future"] = layer(self_attention(None), cross(memory_mask))
     mistakes["a decoder layer with the sub-layers in the wrong order: masked self-attention comes first, "
-             "then cross-attention, then the FFN"] = (
-        layer([(cross(memory_mask), r.norm1), (self_attention(self_mask), r.norm2), (r.ffn, r.norm3)]))
+             "then cross-attention, then the FFN"] = layer(cross(memory_mask), self_attention(self_mask))
     if memory_mask is not None:
         mistakes["a decoder layer whose cross-attention ignores memory_mask (the source's padding)"] = (
-            layer([(self_attention(self_mask), r.norm1), (cross(None), r.norm2), (r.ffn, r.norm3)]))
+            layer(self_attention(self_mask), cross(None)))
     if nf:
         mistakes["a pre-LN decoder layer that also normalises memory with norm2: only the decoder stream is "
                  "normalised, H is used as it is"] = (
-            layer([(self_attention(self_mask), r.norm1),
-                   (lambda h: r.cross_attn(h, r.norm2(memory), mask=memory_mask), r.norm2), (r.ffn, r.norm3)]))
+            layer(self_attention(self_mask), lambda h: r.cross_attn(h, r.norm2(memory), mask=memory_mask)))
     t_tgt, t_src = x.shape[1], memory.shape[1]
     # Keys and values from the decoder itself: cross_attn(h, h) - self-attention a second time.
     kv_mask = memory_mask if t_src == t_tgt else None  # a source padding mask only fits equal lengths
     mistakes["a decoder layer whose cross-attention takes keys and values from the decoder, cross_attn(h, h): "
              "K and V must come from the encoder output H, cross_attn(h, memory)"] = (
-        layer([(self_attention(self_mask), r.norm1), (lambda h: r.cross_attn(h, h, mask=kv_mask), r.norm2),
-               (r.ffn, r.norm3)]))
+        layer(self_attention(self_mask), lambda h: r.cross_attn(h, h, mask=kv_mask)))
     if t_src == t_tgt:
         # Queries from the encoder: cross_attn(memory, h). Only the shapes of equal lengths add up.
         mistakes["a decoder layer whose cross-attention takes the queries from the encoder, cross_attn(memory, h): "
                  "Q comes from the decoder, K and V from H"] = (
-            layer([(self_attention(self_mask), r.norm1), (lambda h: r.cross_attn(memory, h), r.norm2),
-                   (r.ffn, r.norm3)]))
+            layer(self_attention(self_mask), lambda h: r.cross_attn(memory, h)))
         mistakes["a decoder layer whose cross-attention is masked with the causal mask: the decoder may see the "
                  "*whole* source sentence, only its own future is hidden"] = (
-            layer([(self_attention(self_mask), r.norm1), (cross(self_mask), r.norm2), (r.ffn, r.norm3)]))
+            layer(self_attention(self_mask), cross(self_mask)))
         mistakes["a decoder layer with self_mask and memory_mask swapped"] = (
-            layer([(self_attention(memory_mask), r.norm1), (cross(self_mask), r.norm2), (r.ffn, r.norm3)]))
+            layer(self_attention(memory_mask), cross(self_mask)))
     return mistakes
 
 
@@ -541,7 +485,8 @@ def _decoder_layer_case(seed: int, case: dict, name: str) -> Case:
     gen = torch.Generator().manual_seed(300 + seed)
     torch.manual_seed(300 + seed)
     nf = case["norm_first"]
-    reference = DecoderLayer(case["d_model"], case["n_heads"], case["d_ff"], dropout=0.0, norm_first=nf).eval()
+    args, options = (case["d_model"], case["n_heads"]), dict(d_ff=case["d_ff"], dropout=0.0, norm_first=nf)
+    reference = DecoderLayer(*args, **options).eval()
     _randomise_norms(reference, gen)
     x = torch.randn(case["batch"], case["t_tgt"], case["d_model"], generator=gen)
     memory = 1.5 * torch.randn(case["batch"], case["t_src"], case["d_model"], generator=gen) - 0.5
@@ -550,7 +495,6 @@ def _decoder_layer_case(seed: int, case: dict, name: str) -> Case:
     with torch.no_grad():
         expected = reference(x, memory, self_mask, memory_mask)
         mistakes = _decoder_mistakes(reference, x, memory, self_mask, memory_mask, nf)
-    args, options = (case["d_model"], case["n_heads"]), _layer_options(case)
     call = _call_text(name, args, options)
     mask_text = "no memory_mask" if memory_mask is None else "a padding memory_mask"
     what = f"{call} on x {tuple(x.shape)}, memory {tuple(memory.shape)}, causal self_mask, {mask_text}"
@@ -565,11 +509,22 @@ def _decoder_layer_case(seed: int, case: dict, name: str) -> Case:
 @one_thread
 def check_decoder_layer(learner_cls: Any, hidden: bool = False) -> None:
     """Masked self-attention -> cross-attention (Q from the decoder, K/V from H) -> FFN, each wrapped."""
+    settings = [
+        dict(batch=2, t_tgt=5, t_src=5, d_model=16, n_heads=4, d_ff=None, norm_first=False, lengths=None),
+        dict(batch=2, t_tgt=4, t_src=6, d_model=16, n_heads=4, d_ff=None, norm_first=True, lengths=[6, 3]),
+        dict(batch=1, t_tgt=1, t_src=3, d_model=8, n_heads=2, d_ff=None, norm_first=False, lengths=None),
+    ]
+    if hidden:
+        settings = [
+            dict(batch=3, t_tgt=6, t_src=6, d_model=12, n_heads=3, d_ff=20, norm_first=True, lengths=[6, 2, 4]),
+            dict(batch=2, t_tgt=7, t_src=2, d_model=16, n_heads=2, d_ff=None, norm_first=False, lengths=[1, 2]),
+            dict(batch=1, t_tgt=3, t_src=1, d_model=8, n_heads=2, d_ff=None, norm_first=True, lengths=None),
+        ]
     name = getattr(learner_cls, "__name__", "DecoderLayer")
-    cases = [_decoder_layer_case(seed, case, name) for seed, case in enumerate(_decoder_layer_cases(hidden))]
-    _run(DECODER_LAYER, learner_cls, cases, hidden,
-         then=functools.partial(_expect_portable, learner_cls, (16, 4), _BOTH_ARRANGEMENTS,
-                                [torch.randn(2, 4, 16), torch.randn(2, 6, 16), causal_mask(4), _padding([6, 3], 6)]))
+    cases = [_decoder_layer_case(seed, case, name) for seed, case in enumerate(settings)]
+    run(DECODER_LAYER, learner_cls, cases, hidden,
+        then=functools.partial(_expect_portable, learner_cls, (16, 4), _BOTH_ARRANGEMENTS,
+                               [torch.randn(2, 4, 16), torch.randn(2, 6, 16), causal_mask(4), _padding([6, 3], 6)]))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -579,21 +534,6 @@ def check_decoder_layer(learner_cls: Any, hidden: bool = False) -> None:
 
 ENCODER_NAMES = ("name the stack like tfcourse.blocks.Encoder: self.layers (nn.ModuleList of encoder layers) and "
                  "self.norm, a LayerNorm for pre-LN (norm_first=True) and nn.Identity() for post-LN")
-
-
-def _encoder_cases(hidden: bool) -> list[dict]:
-    cases = [
-        dict(n_layers=3, batch=2, length=5, d_model=16, n_heads=4, d_ff=None, norm_first=False, lengths=[5, 2]),
-        dict(n_layers=2, batch=2, length=4, d_model=16, n_heads=4, d_ff=None, norm_first=True, lengths=None),
-    ]
-    if hidden:
-        cases = [
-            dict(n_layers=1, batch=1, length=1, d_model=8, n_heads=2, d_ff=None, norm_first=True, lengths=None),
-            dict(n_layers=4, batch=3, length=6, d_model=12, n_heads=3, d_ff=20, norm_first=False,
-                 lengths=[6, 1, 3]),
-            dict(n_layers=6, batch=2, length=3, d_model=8, n_heads=2, d_ff=None, norm_first=True, lengths=[3, 2]),
-        ]
-    return cases
 
 
 def _encoder_mistakes(reference: Encoder, x: Tensor, mask: Tensor | None, nf: bool) -> dict[str, Tensor]:
@@ -619,33 +559,24 @@ def _expect_separate_layers(module: nn.Module, call: str, n_layers: int) -> None
     if not isinstance(stack, nn.ModuleList) or len(stack) != n_layers:
         got = type(stack).__name__ if not isinstance(stack, nn.ModuleList) else f"{len(stack)} layers"
         raise CheckFailed(f"{call}: self.layers should be an nn.ModuleList of {n_layers} encoder layers, got {got}")
-    if len({id(layer) for layer in stack}) < n_layers or _shares_parameters(stack):
+    params = [id(p) for layer in stack for p in layer.parameters()]  # a parameter twice: in two layers
+    if len({id(layer) for layer in stack}) < n_layers or len(set(params)) < len(params):
         raise CheckFailed(f"{call}: your layers share their weights; build {n_layers} separate layers "
                           "(a loop or comprehension that calls EncoderLayer(...) each time), not [layer] * n_layers")
-
-
-def _shares_parameters(layers: nn.ModuleList) -> bool:
-    seen: set[int] = set()
-    for layer in layers:
-        ids = {id(p) for p in layer.parameters()}
-        if ids & seen:
-            return True
-        seen |= ids
-    return False
 
 
 def _encoder_case(seed: int, case: dict, name: str) -> Case:
     gen = torch.Generator().manual_seed(400 + seed)
     torch.manual_seed(400 + seed)
     nf, n_layers = case["norm_first"], case["n_layers"]
-    reference = Encoder(n_layers, case["d_model"], case["n_heads"], case["d_ff"], dropout=0.0, norm_first=nf).eval()
+    args, options = (n_layers, case["d_model"], case["n_heads"]), dict(d_ff=case["d_ff"], dropout=0.0, norm_first=nf)
+    reference = Encoder(*args, **options).eval()
     _randomise_norms(reference, gen)
     x = torch.randn(case["batch"], case["length"], case["d_model"], generator=gen)
     mask = None if case["lengths"] is None else _padding(case["lengths"], case["length"])
     with torch.no_grad():
         expected = reference(x, mask)
         mistakes = _encoder_mistakes(reference, x, mask, nf)
-    args, options = (n_layers, case["d_model"], case["n_heads"]), _layer_options(case)
     call = _call_text(name, args, options)
     what = f"{call} on x {tuple(x.shape)} with {'no mask' if mask is None else 'a padding mask'}"
     return Case(what, expected=expected, mistakes=mistakes, unchanged=[x],
@@ -658,11 +589,22 @@ def _encoder_case(seed: int, case: dict, name: str) -> Case:
 @one_thread
 def check_encoder(learner_cls: Any, hidden: bool = False) -> None:
     """N encoder layers with their own weights; pre-LN ends with one LayerNorm; (B, T, d_model) in and out."""
+    settings = [
+        dict(n_layers=3, batch=2, length=5, d_model=16, n_heads=4, d_ff=None, norm_first=False, lengths=[5, 2]),
+        dict(n_layers=2, batch=2, length=4, d_model=16, n_heads=4, d_ff=None, norm_first=True, lengths=None),
+    ]
+    if hidden:
+        settings = [
+            dict(n_layers=1, batch=1, length=1, d_model=8, n_heads=2, d_ff=None, norm_first=True, lengths=None),
+            dict(n_layers=4, batch=3, length=6, d_model=12, n_heads=3, d_ff=20, norm_first=False,
+                 lengths=[6, 1, 3]),
+            dict(n_layers=6, batch=2, length=3, d_model=8, n_heads=2, d_ff=None, norm_first=True, lengths=[3, 2]),
+        ]
     name = getattr(learner_cls, "__name__", "Encoder")
-    cases = [_encoder_case(seed, case, name) for seed, case in enumerate(_encoder_cases(hidden))]
-    _run(ENCODER, learner_cls, cases, hidden,
-         then=functools.partial(_expect_portable, learner_cls, (2, 16, 4), _BOTH_ARRANGEMENTS,
-                                [torch.randn(2, 5, 16), _padding([5, 3], 5)]))
+    cases = [_encoder_case(seed, case, name) for seed, case in enumerate(settings)]
+    run(ENCODER, learner_cls, cases, hidden,
+        then=functools.partial(_expect_portable, learner_cls, (2, 16, 4), _BOTH_ARRANGEMENTS,
+                               [torch.randn(2, 5, 16), _padding([5, 3], 5)]))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -738,13 +680,6 @@ def _expect_table(table: Any, what: str, expected: dict[str, tuple], sizes: tupl
                               + (f" — {reason}" if reason else ""))
 
 
-def _shape_table_case(sizes: tuple[int, ...]) -> Case:
-    batch, n, m, d_model, n_heads, vocab = sizes
-    what = f"table(B={batch}, n={n}, m={m}, d_model={d_model}, n_heads={n_heads}, vocab_size={vocab})"
-    return Case(what, sizes, inspect=functools.partial(_expect_table, what=what, expected=trace_shapes(*sizes),
-                                                       sizes=sizes))
-
-
 @isolated
 @one_thread
 def check_shape_table(learner_fn: Any, hidden: bool = False) -> None:
@@ -752,7 +687,12 @@ def check_shape_table(learner_fn: Any, hidden: bool = False) -> None:
     settings = [(2, 6, 8, 16, 4, 30), (1, 3, 5, 12, 3, 11)]  # (B, n, m, d_model, n_heads, vocab_size)
     if hidden:
         settings = [(4, 1, 1, 8, 2, 7), (3, 9, 4, 24, 6, 50), (1, 7, 7, 32, 8, 19)]
-    _run(SHAPE_TABLE, learner_fn, [_shape_table_case(sizes) for sizes in settings], hidden)
+    cases = []
+    for sizes in settings:
+        what = "table(B={}, n={}, m={}, d_model={}, n_heads={}, vocab_size={})".format(*sizes)
+        cases.append(Case(what, sizes, inspect=functools.partial(_expect_table, what=what, sizes=sizes,
+                                                                 expected=trace_shapes(*sizes))))
+    run(SHAPE_TABLE, learner_fn, cases, hidden)
 
 
 __all__ = [

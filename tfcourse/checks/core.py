@@ -1,15 +1,18 @@
 """The machinery behind every exercise check: run the learner's code safely, compare it with the
 reference, name the usual mistake, and say so in one line.
 
-A check is a function `check_<exercise>(learner_object, hidden=False)`. It
-1. builds seeded inputs and computes the reference answer (and the answers that the usual
-   mistakes would give) *before* running the learner's code;
-2. runs the learner's code with the reference and the matching torch built-in off-limits
-   (`off_limits`), warnings silenced (nbgrader scores a cell that writes to stderr as failed);
-3. compares shape, dtype, finiteness and values (`compare`), checks inputs were not modified,
-   and on a mismatch says which known mistake the output matches;
-4. prints one success line, or raises CheckFailed with one clear message.
-`hidden=True` runs the extra cases of the hidden tests (other shapes, seeds, edge cases).
+A check is a function `check_<exercise>(learner_object, hidden=False)`, written as data for one runner:
+1. an `Exercise`: the name the off-limits message uses, the off-limits list (the reference and the
+   matching torch built-in), the ✔ line;
+2. its `Case`s, built *before* the learner's code runs: each call, the reference output and the
+   outputs the usual mistakes give (`mistakes`), and structural checks where the exercise needs them;
+3. `run(exercise, learner, cases, hidden)`: under the off-limits guard (`off_limits`), warnings
+   silenced (nbgrader scores a cell that writes to stderr as failed), each call (`call_learner`),
+   inputs left unchanged (`expect_unchanged`), shape, dtype, finiteness and values (`compare`, which
+   names the mistake the output matches), then one success line, or CheckFailed with one clear message.
+`hidden=True` runs the extra cases of the hidden tests (other shapes, seeds, edge cases). A composite
+(an exercise built on earlier ones) is declared with `@composite` and judged with their references
+in place; `@isolated` keeps a check from changing the learner's random state, dtype or device.
 """
 
 from __future__ import annotations
@@ -883,7 +886,7 @@ def _culprits(check: Callable, learner_obj: Any, hidden: bool, namespace: dict[s
     exercise = manifest.exercise_checked_by(_check_name(check))
     defining = {name: manifest.exercise_defining(exercise.lesson, name) for name in theirs}
     failing = {e.check: not _own_check_passes(e, namespace, hidden)
-               for e in {e for e in defining.values() if e is not None}}
+               for e in dict.fromkeys(e for e in defining.values() if e is not None)}  # in the order of theirs
     label = {name: e.label if e is not None else name for name, e in defining.items()}
     culprits = [name for name in theirs if defining[name] is not None and failing[defining[name].check]]
     culprits = culprits or [name for name in theirs if _passes_with(check, learner_obj, hidden, namespace,

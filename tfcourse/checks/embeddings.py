@@ -26,8 +26,7 @@ from ..attention import MultiHeadAttention, causal_mask, scaled_dot_product_atte
 from ..embedding import InputEmbedding, LearnedPositionalEmbedding, TokenEmbedding, sinusoidal_positional_encoding
 from ..ffn import PositionwiseFeedForward
 from .core import (Case, CheckFailed, Exercise, OffLimitsError, build_module, call_learner, compare, composite,
-                   expect_portable, isolated, learner_namespaces, load_state, off_limits, one_thread, run, run_case,
-                   seeded)
+                   expect_portable, isolated, load_state, one_thread, run, run_case, seeded)
 
 # What each exercise may not call while its check runs, and the exercise as the runner judges it.
 # no_grad=False: the learner's code runs with autograd on, as in the notebook (an in-place change of a
@@ -71,45 +70,32 @@ def _module(learner_cls, args: tuple) -> nn.Module:
     return build_module(f"{learner_cls.__name__}{args}", learner_cls, *args)
 
 
-def _seeded_module(seed: int, args: tuple, learner_cls) -> nn.Module:
-    """The learner's module as it initialises itself after torch.manual_seed(seed)."""
-    torch.manual_seed(seed)
-    return _module(learner_cls, args)
+def _initial_table_case(seed: int, args: tuple, shape_name: str, shape: tuple[int, int], parameter: str,
+                        table: str, std: float, named: dict[str, float]) -> Case:
+    """The learner's module built after torch.manual_seed(seed): its only parameter is `weight`, of the given
+    shape, and its spread is `std` (within 15 %); `named` maps a usual mistake's description to the spread it gives."""
+    def build(learner_cls) -> nn.Module:
+        torch.manual_seed(seed)
+        return _module(learner_cls, args)
+
+    def expect_table(module: nn.Module) -> None:
+        names = [name for name, _ in module.named_parameters()]
+        if names != ["weight"]:
+            raise CheckFailed(f"expected exactly one parameter named `weight` ({parameter}), got {names}")
+        if tuple(module.weight.shape) != shape:
+            raise CheckFailed(f"weight should have shape {shape_name} = {shape}, got {tuple(module.weight.shape)}")
+        actual = module.weight.detach().float().std().item()
+        if abs(actual / std - 1) < 0.15:
+            return
+        for description, value in named.items():
+            if abs(actual / value - 1) < 0.15:
+                raise CheckFailed(f"{table} starts with std {actual:.3g}: {description}")
+        raise CheckFailed(f"{table} starts with std {actual:.3g}, expected {std:.3g}")
+
+    return Case("the initial table", call=build, after=expect_table)
 
 
-def _expect_initial_table(module: nn.Module, *, shape_name: str, shape: tuple[int, int], parameter: str,
-                          table: str, std: float, named: dict[str, float]) -> None:
-    """The module's only parameter is `weight`, of the given shape, and its spread is `std` (within 15 %);
-    `named` maps a usual mistake's description to the spread it gives."""
-    names = [name for name, _ in module.named_parameters()]
-    if names != ["weight"]:
-        raise CheckFailed(f"expected exactly one parameter named `weight` ({parameter}), got {names}")
-    if tuple(module.weight.shape) != shape:
-        raise CheckFailed(f"weight should have shape {shape_name} = {shape}, got {tuple(module.weight.shape)}")
-    actual = module.weight.detach().float().std().item()
-    if abs(actual / std - 1) < 0.15:
-        return
-    for description, value in named.items():
-        if abs(actual / value - 1) < 0.15:
-            raise CheckFailed(f"{table} starts with std {actual:.3g}: {description}")
-    raise CheckFailed(f"{table} starts with std {actual:.3g}, expected {std:.3g}")
-
-
-def _initial_table_case(seed: int, args: tuple, **expected: Any) -> Case:
-    """The learner's module built after torch.manual_seed(seed): its table as `_expect_initial_table` expects it."""
-    return Case("the initial table", call=functools.partial(_seeded_module, seed, args),
-                inspect=functools.partial(_expect_initial_table, **expected))
-
-
-def _judge_initial_tables(exercise: Exercise, learner_cls, initial: list[Case]) -> None:
-    """The freshly built tables, judged under the exercise's guard before its cases run (the ✔ line
-    counts the cases only)."""
-    with off_limits(exercise.off_limits, exercise.name, learner_namespaces(learner_cls)):
-        for case in initial:
-            run_case(exercise, learner_cls, case)
-
-
-def _table_forward(learner_cls, *, args: tuple, weight: Tensor, table: str, hint: str, what: str,
+def _table_forward(learner_cls, args: tuple, weight: Tensor, table: str, hint: str, what: str,
                    inputs: tuple) -> tuple[nn.Module, Any]:
     """The learner's module with the reference table loaded into its `weight`, its forward on `inputs`,
     and the backward of the output's sum (when the output can have one): (module, output)."""
@@ -123,16 +109,14 @@ def _table_forward(learner_cls, *, args: tuple, weight: Tensor, table: str, hint
     return module, output
 
 
-def _expect_gradient(module: nn.Module, expected: Tensor, label: str, hint: str) -> None:
-    """The gradient of the output's sum reached the table `weight`, and is right."""
+def _expect_output_and_gradient(result: tuple[nn.Module, Any], expected: Tensor, mistakes: dict[str, Tensor],
+                                label: str, gradient: Tensor, gradient_label: str, hint: str) -> None:
+    """The output first (it names the usual mistakes), then the gradient of its sum that reached `weight`."""
+    module, output = result
+    compare(output, expected, label, mistakes)
     if module.weight.grad is None:
         raise CheckFailed(f"no gradient reached `weight`: {hint}")
-    compare(module.weight.grad, expected, label)
-
-
-def _expect_fresh_portable(learner_cls, args: tuple, inputs: list, build: Callable = _module) -> None:
-    """On a GPU too: a fresh module, moved to float64 and to a data-less device."""
-    expect_portable(f"{learner_cls.__name__}{args}", build(learner_cls, args), inputs)
+    compare(module.weight.grad, gradient, gradient_label)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -164,26 +148,36 @@ class _WatchedTable(Tensor):
             return func(*args, **(kwargs or {}))
 
 
-def _lookup_with_a_dtype_hint(what: str, ids: Tensor, table: Tensor, learner_fn: Callable) -> Any:
-    """The learner's lookup; the error of an integer one-hot times the float table says what to convert."""
-    try:
-        return call_learner(what, learner_fn, ids, table)
-    except CheckFailed as error:
-        if "dtype" in str(error) and not isinstance(error, OffLimitsError):  # integer one-hot @ float table
-            raise CheckFailed(f"{error} — F.one_hot gives integers: convert with .to(table.dtype) "
-                              f"before the product") from None
-        raise
+def _lookup_case(seed: int, shape: tuple, vocab_size: int, d_model: int) -> Case:
+    """lookup(ids, table) on a watched table; an integer one-hot times the float table says what to convert."""
+    generator = seeded(seed)
+    table = torch.randn(vocab_size, d_model, generator=generator)
+    ids = torch.randint(0, vocab_size, shape, generator=generator)
+    ids.view(-1)[0] = vocab_size - 1  # the last row must be reachable too
+    what = f"lookup(ids of shape {shape}, table of shape {(vocab_size, d_model)})"
+    label = f"lookup for ids of shape {shape} and a ({vocab_size}, {d_model}) table"
 
+    def look_up(learner_fn: Callable) -> Any:
+        try:
+            return call_learner(what, learner_fn, ids, table.as_subclass(_WatchedTable))
+        except CheckFailed as error:
+            if "dtype" in str(error) and not isinstance(error, OffLimitsError):  # integer one-hot @ float table
+                raise CheckFailed(f"{error} — F.one_hot gives integers: convert with .to(table.dtype) "
+                                  f"before the product") from None
+            raise
 
-def _expect_looked_up(actual: object, *, shape: tuple, vocab_size: int, d_model: int, what: str) -> Tensor | None:
-    """Not the one-hot matrix itself; what is compared is a plain tensor (the watched table's subclass dropped)."""
-    if not isinstance(actual, Tensor):
-        return None
-    actual = actual.as_subclass(Tensor)
-    if actual.shape == (*shape, vocab_size) and vocab_size != d_model:
-        raise CheckFailed(f"{what}: you returned the one-hot matrix itself (last axis vocab_size="
-                          f"{vocab_size}); multiply it by the table to get (..., d_model={d_model})")
-    return actual
+    def plain(actual: object) -> Tensor | None:
+        """Not the one-hot matrix itself; what is compared is a plain tensor (the watched subclass dropped)."""
+        if not isinstance(actual, Tensor):
+            return None
+        actual = actual.as_subclass(Tensor)
+        if actual.shape == (*shape, vocab_size) and vocab_size != d_model:
+            raise CheckFailed(f"{label}: you returned the one-hot matrix itself (last axis vocab_size="
+                              f"{vocab_size}); multiply it by the table to get (..., d_model={d_model})")
+        return actual
+
+    return Case(what, call=look_up, expected=table[ids], label=label, inspect=plain,  # (*ids.shape, d_model)
+                unchanged=(ids, table), unchanged_what="lookup(ids, table)", atol=1e-6, rtol=1e-5)
 
 
 @isolated
@@ -193,21 +187,7 @@ def check_one_hot_lookup(learner_fn: Callable, hidden: bool = False) -> None:
     sizes = [((2, 4), 5, 3), ((1, 1), 7, 4)]  # (ids shape, vocab_size, d_model)
     if hidden:
         sizes += [((3, 6), 10, 6), ((5,), 4, 2), ((1, 3), 1, 2)]  # repeats and both ends; 1-D ids; V = 1
-    cases = []
-    for seed, (shape, vocab_size, d_model) in enumerate(sizes):
-        generator = seeded(seed)
-        table = torch.randn(vocab_size, d_model, generator=generator)
-        ids = torch.randint(0, vocab_size, shape, generator=generator)
-        ids.view(-1)[0] = vocab_size - 1  # the last row must be reachable too
-        what = f"lookup(ids of shape {shape}, table of shape {(vocab_size, d_model)})"
-        label = f"lookup for ids of shape {shape} and a ({vocab_size}, {d_model}) table"
-        cases.append(Case(
-            what, call=functools.partial(_lookup_with_a_dtype_hint, what, ids, table.as_subclass(_WatchedTable)),
-            expected=table[ids],  # (*ids.shape, d_model)
-            label=label, inspect=functools.partial(_expect_looked_up, shape=shape, vocab_size=vocab_size,
-                                                   d_model=d_model, what=label),
-            unchanged=(ids, table), unchanged_what="lookup(ids, table)", atol=1e-6, rtol=1e-5))
-    run(LOOKUP, learner_fn, cases, hidden)
+    run(LOOKUP, learner_fn, [_lookup_case(seed, *size) for seed, size in enumerate(sizes)], hidden)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -239,22 +219,14 @@ def _token_embedding_case(seed: int, shape: tuple, vocab_size: int, d_model: int
     counts = torch.bincount(ids.view(-1), minlength=vocab_size).float()  # how often each row was used
     gradient = counts[:, None].expand(vocab_size, d_model) * root  # d(sum of outputs)/d(weight)
     what = f"forward(ids of shape {shape})"
-    return Case(what, call=functools.partial(_table_forward, args=(vocab_size, d_model), weight=reference.weight,
-                                             table="the table", hint="the table is (vocab_size, d_model)", what=what,
-                                             inputs=(ids,)),
-                inspect=functools.partial(_expect_scaled_lookup, expected=expected, mistakes=mistakes,
-                                          label=f"token embedding of ids of shape {shape} (d_model={d_model})",
-                                          gradient=gradient),
+    return Case(what, call=lambda learner_cls: _table_forward(learner_cls, (vocab_size, d_model), reference.weight,
+                                                              "the table", "the table is (vocab_size, d_model)",
+                                                              what, (ids,)),
+                inspect=lambda result: _expect_output_and_gradient(
+                    result, expected, mistakes, f"token embedding of ids of shape {shape} (d_model={d_model})",
+                    gradient, "the gradient reaching `weight`",
+                    "use the parameter itself in forward (not weight.data, a detached copy, or torch.no_grad())"),
                 unchanged=(ids,), unchanged_what="forward(ids)")
-
-
-def _expect_scaled_lookup(result: tuple[nn.Module, Any], *, expected: Tensor, mistakes: dict[str, Tensor],
-                          label: str, gradient: Tensor) -> None:
-    """The output first (it names the scaling mistakes), then the gradient that reached the table."""
-    module, output = result
-    compare(output, expected, label, mistakes)
-    _expect_gradient(module, gradient, "the gradient reaching `weight`",
-                     "use the parameter itself in forward (not weight.data, a detached copy, or torch.no_grad())")
 
 
 @isolated
@@ -266,16 +238,16 @@ def check_token_embedding(learner_cls, hidden: bool = False) -> None:
     sizes = [((2, 5), 11, 8), ((1, 1), 3, 4)]  # (ids shape, vocab_size, d_model)
     if hidden:
         sizes += [((3, 7), 20, 6), ((1, 9), 2, 32)]  # an odd d_model; a tiny vocabulary, many repeats
-    initial = [_initial_table_case(seed, (vocab_size, d_model), shape_name="(vocab_size, d_model)",
-                                   shape=(vocab_size, d_model), parameter="the table, an nn.Parameter",
-                                   table="the table", std=1 / math.sqrt(d_model), named=TOKEN_INIT_MISTAKES)
+    initial = [_initial_table_case(seed, (vocab_size, d_model), "(vocab_size, d_model)", (vocab_size, d_model),
+                                   "the table, an nn.Parameter", "the table", 1 / math.sqrt(d_model),
+                                   TOKEN_INIT_MISTAKES)
                for seed, (vocab_size, d_model) in enumerate(init_sizes)]
     cases = [_token_embedding_case(seed, *size) for seed, size in enumerate(sizes)]
-    vocab_size, d_model = 11, 8
-    portable = functools.partial(_expect_fresh_portable, learner_cls, (vocab_size, d_model),
-                                 [torch.randint(0, vocab_size, (2, 5), generator=seeded(0))])
-    _judge_initial_tables(TOKEN_EMBEDDING, learner_cls, initial)
-    run(TOKEN_EMBEDDING, learner_cls, cases, hidden, then=portable)
+    ids = torch.randint(0, 11, (2, 5), generator=seeded(0))
+    # The initial tables first (the ✔ line counts the other cases); then on a GPU too: a fresh module, moved to
+    # float64 and to a data-less device.
+    run(TOKEN_EMBEDDING, learner_cls, initial + cases, hidden, count=len(cases),
+        then=lambda: expect_portable(f"{learner_cls.__name__}(11, 8)", _module(learner_cls, (11, 8)), [ids]))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -328,40 +300,30 @@ def _as_bool(result, what: str) -> bool:
 
 def _layer_question(description: str, layer: Callable, x: Tensor, perm: list[int]) -> Case:
     """Is `layer` permutation-equivariant on x? The truth, measured (with the identity permutation or
-    T = 1 every layer is)."""
+    T = 1 every layer is); a wrong answer says how the comparison went wrong."""
     with torch.no_grad():
         permuted_first, permuted_after = layer(x[:, perm]), layer(x)[:, perm]  # (B, T, d_model) each
+    equivariant = torch.allclose(permuted_first, permuted_after, atol=1e-5, rtol=1e-4)
+    what = f"for {description}, x of shape {tuple(x.shape)} and perm={perm}"
+
+    def expect_verdict(answer: object) -> None:
+        answer = _as_bool(answer, what)
+        if answer and not equivariant:
+            gap = (permuted_first - permuted_after).abs().max().item()
+            raise CheckFailed(f"{what} you said True, but layer(x[:, perm]) differs from layer(x)[:, perm] by up "
+                              f"to {gap:.3g}: compare those two tensors, with a tight tolerance")
+        if not answer and equivariant:
+            hints = ["permute the output back with the same perm: compare layer(x[:, perm]) with layer(x)[:, perm]"]
+            if perm != sorted(perm) and [perm[p] for p in perm] != sorted(perm):
+                hints.append("index with perm itself, not its inverse (argsort)")
+            if not torch.equal(permuted_first, permuted_after):
+                hints.append("compare with a tolerance (torch.allclose): sums taken in another order differ "
+                             "in the last bits")
+            raise CheckFailed(f"{what} you said False, but layer(x[:, perm]) equals layer(x)[:, perm]; "
+                              + "; ".join(hints))
+
     return Case(f"is_permutation_equivariant({description}, x, perm={perm})", (layer, x, perm),
-                inspect=functools.partial(
-                    _expect_verdict, what=f"for {description}, x of shape {tuple(x.shape)} and perm={perm}", perm=perm,
-                    permuted_first=permuted_first, permuted_after=permuted_after,
-                    equivariant=torch.allclose(permuted_first, permuted_after, atol=1e-5, rtol=1e-4)),
-                unchanged_what="is_permutation_equivariant(layer, x, perm)")
-
-
-def _expect_verdict(answer: object, *, what: str, perm: list[int], permuted_first: Tensor, permuted_after: Tensor,
-                    equivariant: bool) -> None:
-    """The learner's True or False is the truth; a wrong one says how the comparison went wrong."""
-    answer = _as_bool(answer, what)
-    if answer and not equivariant:
-        gap = (permuted_first - permuted_after).abs().max().item()
-        raise CheckFailed(f"{what} you said True, but layer(x[:, perm]) differs from layer(x)[:, perm] by up "
-                          f"to {gap:.3g}: compare those two tensors, with a tight tolerance")
-    if not answer and equivariant:
-        hints = ["permute the output back with the same perm: compare layer(x[:, perm]) with layer(x)[:, perm]"]
-        if perm != sorted(perm) and [perm[p] for p in perm] != sorted(perm):
-            hints.append("index with perm itself, not its inverse (argsort)")
-        if not torch.equal(permuted_first, permuted_after):
-            hints.append("compare with a tolerance (torch.allclose): sums taken in another order differ "
-                         "in the last bits")
-        raise CheckFailed(f"{what} you said False, but layer(x[:, perm]) equals layer(x)[:, perm]; "
-                          + "; ".join(hints))
-
-
-def _ask_about_every_layer(questions: list[Case], learner_fn: Callable) -> None:
-    """One input, asked about every layer in turn."""
-    for question in questions:
-        run_case(PERMUTATION_TEST, learner_fn, question)
+                after=expect_verdict, unchanged_what="is_permutation_equivariant(layer, x, perm)")
 
 
 @isolated
@@ -379,7 +341,8 @@ def check_permutation_test(learner_fn: Callable, hidden: bool = False) -> None:
         questions = [_layer_question(description, layer, x, perm) for description, layer in layers]
         # One case per input, each a question per layer: the ✔ line counts the inputs.
         cases.append(Case(f"the layers on x of shape {tuple(x.shape)}, perm={perm}",
-                          call=functools.partial(_ask_about_every_layer, questions)))
+                          call=lambda learner_fn, questions=questions:
+                          [run_case(PERMUTATION_TEST, learner_fn, question) for question in questions]))
     run(PERMUTATION_TEST, learner_fn, cases, hidden)
 
 
@@ -478,28 +441,24 @@ def _learned_positions_case(seed: int, batch: int, length: int, d_model: int, ma
     gradient = torch.zeros(max_len, d_model)
     gradient[offset: offset + length] = batch  # each used row receives the sum over the batch
     what = f"forward(x of shape {tuple(x.shape)}, offset={offset})"
-    return Case(what, call=functools.partial(_table_forward, args=(d_model, max_len), weight=reference.weight,
-                                             table="the position table", what=what, inputs=(x, offset),
-                                             hint="one row per position: (max_len, d_model)"),
-                inspect=functools.partial(_expect_positions_added, expected=expected, mistakes=mistakes, x=x,
-                                          label=f"learned positions for x of shape {tuple(x.shape)}, offset={offset}, "
-                                                f"max_len={max_len}", gradient=gradient, max_len=max_len),
-                unchanged=(x,), unchanged_what="forward(x, offset)")
 
+    def expect_positions_added(result: tuple[nn.Module, Any]) -> None:
+        """The output, then the gradient that reached the rows used, then the error past max_len."""
+        _expect_output_and_gradient(result, expected, mistakes, f"learned positions for x of shape "
+                                    f"{tuple(x.shape)}, offset={offset}, max_len={max_len}", gradient,
+                                    "the gradient reaching `weight` (only rows offset..offset+T-1)",
+                                    "add the parameter itself (not weight.data or a copy)")
+        # Past max_len there is no vector to add: that must be an error, not a silently shorter slice.
+        too_far = max_len - length + 1
+        _expect_value_error(lambda: result[0](x, too_far), f"forward(x with T={length}, offset={too_far}) "
+                            f"with max_len={max_len}", "(offset + T > max_len: there is no learned vector for those "
+                            "positions)")
 
-def _expect_positions_added(result: tuple[nn.Module, Any], *, expected: Tensor, mistakes: dict[str, Tensor], x: Tensor,
-                            label: str, gradient: Tensor, max_len: int) -> None:
-    """The output, then the gradient that reached the rows used, then the error past max_len."""
-    module, output = result
-    compare(output, expected, label, mistakes)
-    _expect_gradient(module, gradient, "the gradient reaching `weight` (only rows offset..offset+T-1)",
-                     "add the parameter itself (not weight.data or a copy)")
-    # Past max_len there is no vector to add: that must be an error, not a silently shorter slice.
-    length = x.shape[1]
-    too_far = max_len - length + 1
-    _expect_value_error(lambda: module(x, too_far),
-                        f"forward(x with T={length}, offset={too_far}) with max_len={max_len}",
-                        "(offset + T > max_len: there is no learned vector for those positions)")
+    return Case(what, call=lambda learner_cls: _table_forward(learner_cls, (d_model, max_len), reference.weight,
+                                                              "the position table",
+                                                              "one row per position: (max_len, d_model)",
+                                                              what, (x, offset)),
+                inspect=expect_positions_added, unchanged=(x,), unchanged_what="forward(x, offset)")
 
 
 @isolated
@@ -511,16 +470,15 @@ def check_learned_positions(learner_cls, hidden: bool = False) -> None:
     sizes = [(2, 5, 8, 16, 0), (2, 5, 8, 16, 3), (1, 1, 4, 6, 5)]  # (B, T, d_model, max_len, offset)
     if hidden:
         sizes += [(3, 16, 8, 16, 0), (1, 2, 6, 9, 7), (4, 1, 2, 1, 0)]  # T = max_len; the last two; max_len 1
-    initial = [_initial_table_case(seed, (d_model, max_len), shape_name="(max_len, d_model)", shape=(max_len, d_model),
-                                   parameter="an nn.Parameter with one row per position", table="the position table",
-                                   std=0.02, named=LEARNED_INIT_MISTAKES)
+    initial = [_initial_table_case(seed, (d_model, max_len), "(max_len, d_model)", (max_len, d_model),
+                                   "an nn.Parameter with one row per position", "the position table", 0.02,
+                                   LEARNED_INIT_MISTAKES)
                for seed, (max_len, d_model) in enumerate(init_sizes)]
     cases = [_learned_positions_case(seed, *size) for seed, size in enumerate(sizes)]
-    d_model, max_len = 8, 16
-    portable = functools.partial(_expect_fresh_portable, learner_cls, (d_model, max_len),
-                                 [torch.randn(2, 5, d_model, generator=seeded(0)), 3])
-    _judge_initial_tables(LEARNED_POSITIONS, learner_cls, initial)
-    run(LEARNED_POSITIONS, learner_cls, cases, hidden, then=portable)
+    x = torch.randn(2, 5, 8, generator=seeded(0))
+    # The initial tables first (the ✔ line counts the other cases); then a fresh module on a GPU too.
+    run(LEARNED_POSITIONS, learner_cls, initial + cases, hidden, count=len(cases),
+        then=lambda: expect_portable(f"{learner_cls.__name__}(8, 16)", _module(learner_cls, (8, 16)), [x, 3]))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -579,51 +537,41 @@ def _input_layer_case(seed: int, shape: tuple, vocab_size: int, d_model: int, ma
             mistakes["embedding + PE[:T]: the offset was ignored (ids[:, 0] sits at position offset)"] = \
                 raw * root + pe[:length]
     what = f"forward(ids of shape {shape}, offset={offset}) with d_model={d_model}"
-    return Case(what, call=functools.partial(_input_layer_forward, args=(vocab_size, d_model, max_len, 0.0),
-                                             pe=pe[:max_len], wrong_tables=pe_mistakes(max_len, d_model),
-                                             token_weight=reference.token.weight, ids=ids, offset=offset, what=what),
-                inspect=functools.partial(_expect_input_layer_output, expected=expected, mistakes=mistakes, what=what,
-                                          ids=ids, max_len=max_len),
-                unchanged=(ids,), unchanged_what="forward(ids, offset)")
+    wrong_tables = pe_mistakes(max_len, d_model)
+
+    def forward(learner_cls) -> tuple[nn.Module, Any]:
+        """The learner's layer, its `pe` judged first; then with the reference tokens, in eval mode, on ids."""
+        module = _input_layer(learner_cls, (vocab_size, d_model, max_len, 0.0))
+        compare(module.pe, pe[:max_len], f"self.pe (the sinusoidal table, max_len={max_len}, d_model={d_model})",
+                wrong_tables, atol=1e-4, rtol=1e-4)
+        load_state(module, {"token.weight": reference.token.weight}, "your input layer", TOKEN_HINT, strict=False)
+        module.eval()
+        with torch.no_grad():
+            return module, call_learner(what, module, ids, offset)
+
+    def expect_output(result: tuple[nn.Module, Any]) -> None:
+        """The usual wrong shapes and an eval-mode dropout first, then the values, then the error past max_len."""
+        module, actual = result
+        concatenated = isinstance(actual, Tensor) and actual.dim() == 3
+        got = concatenated and f"{what}: expected shape {tuple(expected.shape)}, got {tuple(actual.shape)} — PE was "
+        if concatenated and actual.shape[-1] == 2 * d_model:
+            raise CheckFailed(got + "concatenated instead of added; X = Embedding + PE keeps d_model features")
+        if concatenated and actual.shape[1] == 2 * length:
+            raise CheckFailed(got + "concatenated along positions; add it, one PE row per token")
+        if isinstance(actual, Tensor) and actual.shape == expected.shape and (actual == 0).float().mean() > 0.2:
+            raise CheckFailed(f"{what}: many entries are 0 in eval mode — dropout must be inactive after .eval(): "
+                              f"use self.dropout (an nn.Dropout), not F.dropout without training=self.training")
+        compare(actual, expected, what, mistakes)
+        too_far = max_len - length + 1
+        with torch.no_grad():
+            _expect_value_error(lambda: module(ids, too_far),
+                                f"forward(ids with T={length}, offset={too_far}) with max_len={max_len}",
+                                "(offset + T > max_len: the table has no rows for those positions)")
+
+    return Case(what, call=forward, inspect=expect_output, unchanged=(ids,), unchanged_what="forward(ids, offset)")
 
 
-def _input_layer_forward(learner_cls, *, args: tuple, pe: Tensor, wrong_tables: dict[str, Tensor], token_weight: Tensor,
-                         ids: Tensor, offset: int, what: str) -> tuple[nn.Module, Any]:
-    """The learner's layer, its `pe` judged first; then with the reference tokens, in eval mode, on ids:
-    (module, output)."""
-    module = _input_layer(learner_cls, args)
-    max_len, d_model = pe.shape
-    compare(module.pe, pe, f"self.pe (the sinusoidal table, max_len={max_len}, d_model={d_model})",
-            wrong_tables, atol=1e-4, rtol=1e-4)
-    load_state(module, {"token.weight": token_weight}, "your input layer", TOKEN_HINT, strict=False)
-    module.eval()
-    with torch.no_grad():
-        return module, call_learner(what, module, ids, offset)
-
-
-def _expect_input_layer_output(result: tuple[nn.Module, Any], *, expected: Tensor, mistakes: dict[str, Tensor],
-                               what: str, ids: Tensor, max_len: int) -> None:
-    """The usual wrong shapes and an eval-mode dropout first, then the values, then the error past max_len."""
-    module, actual = result
-    d_model, length = expected.shape[-1], ids.shape[1]
-    if isinstance(actual, Tensor) and actual.dim() == 3 and actual.shape[-1] == 2 * d_model:
-        raise CheckFailed(f"{what}: expected shape {tuple(expected.shape)}, got {tuple(actual.shape)} — PE was "
-                          f"concatenated instead of added; X = Embedding + PE keeps d_model features")
-    if isinstance(actual, Tensor) and actual.dim() == 3 and actual.shape[1] == 2 * length:
-        raise CheckFailed(f"{what}: expected shape {tuple(expected.shape)}, got {tuple(actual.shape)} — PE was "
-                          f"concatenated along positions; add it, one PE row per token")
-    if isinstance(actual, Tensor) and actual.shape == expected.shape and (actual == 0).float().mean() > 0.2:
-        raise CheckFailed(f"{what}: many entries are 0 in eval mode — dropout must be inactive after .eval(): "
-                          f"use self.dropout (an nn.Dropout), not F.dropout without training=self.training")
-    compare(actual, expected, what, mistakes)
-    too_far = max_len - length + 1
-    with torch.no_grad():
-        _expect_value_error(lambda: module(ids, too_far),
-                            f"forward(ids with T={length}, offset={too_far}) with max_len={max_len}",
-                            "(offset + T > max_len: the table has no rows for those positions)")
-
-
-def _expect_dropout(learner_cls, *, args: tuple, token_weight: Tensor, ids: Tensor, expected: Tensor,
+def _expect_dropout(learner_cls, args: tuple, token_weight: Tensor, ids: Tensor, expected: Tensor,
                     rng_state: Tensor) -> None:
     """Dropout acts on the sum, in training mode only: about half the entries zeroed, the rest x 1/(1 - p).
     The layer is built and drops from `rng_state`: its mask does not depend on the cases before."""
@@ -659,19 +607,17 @@ def check_input_layer(learner_cls, hidden: bool = False) -> None:
         sizes += [((3, 10), 7, 16, 12, 2), ((1, 6), 30, 6, 6, 0), ((2, 1), 4, 2, 8, 7)]
     cases = [_input_layer_case(seed, *size) for seed, size in enumerate(sizes)]
     # Then dropout in training mode, and a fresh layer on a GPU too (moved to float64, to a data-less device).
-    vocab_size, d_model, max_len, p = 13, 16, 12, 0.5
-    args = (vocab_size, d_model, max_len, p)
+    args = (13, 16, 12, 0.5)  # vocab_size, d_model, max_len, p
     torch.manual_seed(7)
-    reference = InputEmbedding(vocab_size, d_model, max_len, dropout=0.0).eval()
+    reference = InputEmbedding(*args[:3], dropout=0.0).eval()
     rng_state = torch.get_rng_state()
-    ids = torch.randint(0, vocab_size, (2, 6), generator=seeded(7))
+    ids = torch.randint(0, 13, (2, 6), generator=seeded(7))
     with torch.no_grad():
         expected = reference(ids)
-    portable_inputs = [torch.randint(0, vocab_size, (2, 5), generator=seeded(1)), 2]
+    portable_inputs = [torch.randint(0, 13, (2, 5), generator=seeded(1)), 2]
 
     def after_the_cases() -> None:
-        _expect_dropout(learner_cls, args=args, token_weight=reference.token.weight, ids=ids, expected=expected,
-                        rng_state=rng_state)
-        _expect_fresh_portable(learner_cls, args, portable_inputs, build=_input_layer)
+        _expect_dropout(learner_cls, args, reference.token.weight, ids, expected, rng_state)
+        expect_portable(f"{learner_cls.__name__}{args}", _input_layer(learner_cls, args), portable_inputs)
 
     run(INPUT_LAYER, learner_cls, cases, hidden, then=after_the_cases)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -49,8 +48,7 @@ class _TwoLinear(nn.Module):
 
 
 def _fmt(t: Tensor) -> str:
-    values = t.detach().flatten().tolist()
-    return "(" + ", ".join(f"{v:g}" for v in values) + ")"
+    return "(" + ", ".join(f"{v:g}" for v in t.detach().flatten().tolist()) + ")"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -66,20 +64,6 @@ def _build(learner_cls, d_model: int, d_ff: int | None) -> nn.Module:
     if names != expected:
         raise CheckFailed(f"expected parameters {expected} (two nn.Linear layers named linear1, linear2), got {names}")
     return module.eval()
-
-
-def _forward_with_reference_weights(learner_cls, *, d_model: int, d_ff: int | None, reference_d_ff: int,
-                                    state: dict[str, Tensor], x: Tensor) -> Any:
-    """The learner's FFN with the reference's weights loaded, on x."""
-    module = _build(learner_cls, d_model, d_ff)
-    if module.linear1.out_features != reference_d_ff:
-        raise CheckFailed(f"linear1 should map d_model={d_model} to d_ff={reference_d_ff}, "
-                          f"got {module.linear1.out_features} (d_ff defaults to 4 * d_model)")
-    load_state(module, state, f"{learner_cls.__name__}({d_model}, {d_ff})",
-               "linear1 = nn.Linear(d_model, d_ff), linear2 = nn.Linear(d_ff, d_model)",
-               strict=False)  # extra buffers of yours may stay
-    with torch.no_grad():
-        return call_learner("forward(x)", module, x)
 
 
 def _feed_forward_case(seed: int, batch: int | None, length: int, d_model: int, d_ff: int | None) -> Case:
@@ -101,16 +85,20 @@ def _feed_forward_case(seed: int, batch: int | None, length: int, d_model: int, 
             "ReLU applied to the input x instead of to the hidden layer x W1 + b1":
                 reference.linear2(reference.linear1(torch.relu(x))),
         }
-    return Case("forward(x)", call=functools.partial(_forward_with_reference_weights, d_model=d_model, d_ff=d_ff,
-                                                     reference_d_ff=reference.d_ff, state=reference.state_dict(), x=x),
-                expected=expected, mistakes=mistakes, label=f"FFN output for x of shape {tuple(x.shape)}",
-                unchanged=(x,))
 
+    def forward(learner_cls) -> object:
+        module = _build(learner_cls, d_model, d_ff)
+        if module.linear1.out_features != reference.d_ff:
+            raise CheckFailed(f"linear1 should map d_model={d_model} to d_ff={reference.d_ff}, "
+                              f"got {module.linear1.out_features} (d_ff defaults to 4 * d_model)")
+        load_state(module, reference.state_dict(), f"{learner_cls.__name__}({d_model}, {d_ff})",
+                   "linear1 = nn.Linear(d_model, d_ff), linear2 = nn.Linear(d_ff, d_model)",
+                   strict=False)  # extra buffers of yours may stay
+        with torch.no_grad():
+            return call_learner("forward(x)", module, x)
 
-def _expect_fresh_portable(learner_cls, x: Tensor) -> None:
-    """Right on the CPU; now a fresh one must also follow the input to another device and dtype."""
-    # expect_portable runs the learner's code quietly (stderr would cost the test cell its points)
-    expect_portable(f"{learner_cls.__name__}(8, 32)", _build(learner_cls, 8, 32), [x])
+    return Case("forward(x)", call=forward, expected=expected, mistakes=mistakes,
+                label=f"FFN output for x of shape {tuple(x.shape)}", unchanged=(x,))
 
 
 @isolated
@@ -121,8 +109,11 @@ def check_feed_forward(learner_cls, hidden: bool = False) -> None:
         # a d_ff that is not 4 d_model; the default d_ff; an input without a batch axis (T, d_model)
         sizes += [(3, 7, 12, 20), (2, 3, 6, None), (None, 5, 8, 24)]
     cases = [_feed_forward_case(seed, *size) for seed, size in enumerate(sizes)]
+    x = torch.randn(2, 5, 8)
+    # Right on the CPU; now a fresh one must also follow the input to another device and dtype (quietly:
+    # stderr would cost the test cell its points).
     run(FEED_FORWARD, learner_cls, cases, hidden,
-        then=functools.partial(_expect_fresh_portable, learner_cls, torch.randn(2, 5, 8)))
+        then=lambda: expect_portable(f"{learner_cls.__name__}(8, 32)", _build(learner_cls, 8, 32), [x]))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -134,24 +125,16 @@ LOAD_PAPER_WEIGHTS = Exercise("paper weights into nn.Linear", (),
                               "load_paper_weights fills linear1/linear2 correctly on {n} shapes", no_grad=False)
 
 
-def _shares_memory(a: Tensor, b: Tensor) -> bool:
-    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
-
-
-def _load_with_a_no_grad_hint(what: str, args: tuple, load_fn: Callable) -> Any:
-    """The learner's load_paper_weights; autograd's refusal to change a parameter in place says where to copy."""
-    try:
-        return call_learner(what, load_fn, *args)
-    except CheckFailed as error:
-        if "leaf Variable" in str(error):  # autograd refused an in-place change of a parameter
-            raise CheckFailed(f"{error} — do the copies inside `with torch.no_grad():`") from None
-        raise
-
-
-def _loaded_parameters(W1: Tensor, b1: Tensor, W2: Tensor, b2: Tensor) -> dict[str, tuple[Tensor, dict[str, Tensor]]]:
-    """Each parameter of ffn -> (what it must hold, the usual mistakes). Only a square shape lets a
-    missing transpose or a swap load at all."""
-    square = W1.shape[0] == W1.shape[1]
+def _load_case(seed: int, d_model: int, d_ff: int) -> Case:
+    """load_paper_weights on a fresh ffn: each parameter must then hold the paper's weight, transposed
+    where nn.Linear needs it, still trainable, sharing no memory with what it was given."""
+    g = seeded(100 + seed)
+    W1, b1 = torch.randn(d_model, d_ff, generator=g), torch.randn(d_ff, generator=g)
+    W2, b2 = torch.randn(d_ff, d_model, generator=g), torch.randn(d_model, generator=g)
+    given = {"W1": W1, "b1": b1, "W2": W2, "b2": b2}
+    torch.manual_seed(seed)
+    ffn = _TwoLinear(d_model, d_ff)
+    square = d_model == d_ff  # only a square shape lets a missing transpose or a swap load at all
     expected = {
         "linear1.weight": (W1.t(), {
             "W1 itself: nn.Linear stores its weight as (out_features, in_features), i.e. W1ᵀ": W1,
@@ -164,29 +147,34 @@ def _loaded_parameters(W1: Tensor, b1: Tensor, W2: Tensor, b2: Tensor) -> dict[s
         } if square else {}),
         "linear2.bias": (b2, {"b1: b1 and b2 are swapped": b1} if square else {}),
     }
-    return {name: (want.contiguous(), {k: v.contiguous() for k, v in mistakes.items()})
-            for name, (want, mistakes) in expected.items()}
+    what = f"load_paper_weights(ffn, W1, b1, W2, b2) with d_model={d_model}, d_ff={d_ff}"
 
+    def load(load_fn) -> object:
+        try:
+            return call_learner(what, load_fn, ffn, W1, b1, W2, b2)
+        except CheckFailed as error:
+            if "leaf Variable" in str(error):  # autograd refused an in-place change of a parameter
+                raise CheckFailed(f"{error} — do the copies inside `with torch.no_grad():`") from None
+            raise
 
-def _expect_loaded(result: object, *, ffn: nn.Module, expected: dict[str, tuple[Tensor, dict[str, Tensor]]],
-                   given: dict[str, Tensor]) -> None:
-    """ffn's parameters hold the paper's weights, are still trainable, and share no memory with them."""
-    d_model, d_ff = given["W1"].shape
-    for name, (want, mistakes) in expected.items():
-        layer, _, attribute = name.partition(".")
-        actual = getattr(getattr(ffn, layer), attribute)  # read now: the learner may have replaced it
-        where = f"ffn.{name} (d_model={d_model}, d_ff={d_ff})"
-        if not isinstance(actual, nn.Parameter):
-            raise CheckFailed(f"{where} is no longer an nn.Parameter, so it would not be trained; "
-                              "copy values into the existing parameter instead")
-        compare(actual, want, where, mistakes)
-        if not actual.requires_grad:
-            raise CheckFailed(f"{where} no longer requires grad, so it would not be trained")
-        for given_name, tensor in given.items():
-            if _shares_memory(actual, tensor):
-                raise CheckFailed(f"{where} shares memory with {given_name}: training the module would "
-                                  f"overwrite the tensor you were given; copy the values (e.g. with "
-                                  f".copy_ inside torch.no_grad())")
+    def loaded(_: object) -> None:
+        for name, (want, mistakes) in expected.items():
+            layer, _, attribute = name.partition(".")
+            actual = getattr(getattr(ffn, layer), attribute)  # read now: the learner may have replaced it
+            where = f"ffn.{name} (d_model={d_model}, d_ff={d_ff})"
+            if not isinstance(actual, nn.Parameter):
+                raise CheckFailed(f"{where} is no longer an nn.Parameter, so it would not be trained; "
+                                  "copy values into the existing parameter instead")
+            compare(actual, want.contiguous(), where, {k: v.contiguous() for k, v in mistakes.items()})
+            if not actual.requires_grad:
+                raise CheckFailed(f"{where} no longer requires grad, so it would not be trained")
+            for given_name, tensor in given.items():
+                if actual.untyped_storage().data_ptr() == tensor.untyped_storage().data_ptr():
+                    raise CheckFailed(f"{where} shares memory with {given_name}: training the module would "
+                                      f"overwrite the tensor you were given; copy the values (e.g. with "
+                                      f".copy_ inside torch.no_grad())")
+
+    return Case(what, call=load, unchanged=(W1, b1, W2, b2), unchanged_what="load_paper_weights", after=loaded)
 
 
 @isolated
@@ -197,20 +185,7 @@ def check_load_paper_weights(load_fn, hidden: bool = False) -> None:
     sizes = [(4, 4), (2, 3)]
     if hidden:
         sizes += [(5, 20), (1, 1), (6, 6)]
-    cases = []
-    for seed, (d_model, d_ff) in enumerate(sizes):
-        g = seeded(100 + seed)
-        W1, b1 = torch.randn(d_model, d_ff, generator=g), torch.randn(d_ff, generator=g)
-        W2, b2 = torch.randn(d_ff, d_model, generator=g), torch.randn(d_model, generator=g)
-        torch.manual_seed(seed)
-        ffn = _TwoLinear(d_model, d_ff)
-        what = f"load_paper_weights(ffn, W1, b1, W2, b2) with d_model={d_model}, d_ff={d_ff}"
-        cases.append(Case(what, call=functools.partial(_load_with_a_no_grad_hint, what, (ffn, W1, b1, W2, b2)),
-                          unchanged=(W1, b1, W2, b2), unchanged_what="load_paper_weights",
-                          inspect=functools.partial(_expect_loaded, ffn=ffn,
-                                                    expected=_loaded_parameters(W1, b1, W2, b2),
-                                                    given={"W1": W1, "b1": b1, "W2": W2, "b2": b2})))
-    run(LOAD_PAPER_WEIGHTS, load_fn, cases, hidden)
+    run(LOAD_PAPER_WEIGHTS, load_fn, [_load_case(seed, *size) for seed, size in enumerate(sizes)], hidden)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -222,9 +197,8 @@ TRACE_FFN = Exercise("trace of the FFN", (), "trace_ffn gives every intermediate
 
 
 
-def _compare_named(result: object, keys: tuple[str, ...], expected: dict[str, Tensor],
-                   mistakes: dict[str, dict[str, Tensor]], fn_name: str, label: str,
-                   compare_one: Callable[..., None]) -> None:
+def _compare_named(fn_name: str, keys: tuple[str, ...], label: str, expected: dict[str, Tensor],
+                   mistakes: dict[str, dict[str, Tensor]], compare_one: Callable[..., None], result: object) -> None:
     """A learner's dict of named tensors against `expected`, key by key, each with its own mistakes;
     on the worked example the numbers are shown (they are tiny)."""
     keys = list(keys)
@@ -240,25 +214,6 @@ def _compare_named(result: object, keys: tuple[str, ...], expected: dict[str, Te
             if label.startswith(WORKED_LABEL) and isinstance(result[key], Tensor):  # tiny: show the numbers
                 raise CheckFailed(f"{error} — expected {_fmt(expected[key])}, got {_fmt(result[key])}") from None
             raise
-
-
-def _trace_cases(hidden: bool) -> list[tuple[str, nn.Module, Tensor]]:
-    worked = _TwoLinear(2, 3)
-    with torch.no_grad():  # nn.Linear holds W1ᵀ, W2ᵀ: (out_features, in_features)
-        worked.linear1.weight.copy_(WORKED_W1.t())
-        worked.linear1.bias.copy_(WORKED_B1)
-        worked.linear2.weight.copy_(WORKED_W2.t())
-        worked.linear2.bias.copy_(WORKED_B2)
-    cases = [(WORKED_LABEL, worked, WORKED_X.clone())]
-    shapes = [(2, 5, 8, 32), (1, 1, 4, 16)]
-    if hidden:
-        shapes += [(3, 4, 6, 10), (None, 7, 5, 20)]
-    for seed, (batch, length, d_model, d_ff) in enumerate(shapes):
-        torch.manual_seed(200 + seed)
-        ffn = _TwoLinear(d_model, d_ff)
-        x = torch.randn(length, d_model) if batch is None else torch.randn(batch, length, d_model)
-        cases.append((f"x of shape {tuple(x.shape)}", ffn, x))
-    return cases
 
 
 def _trace_case(label: str, ffn: nn.Module, x: Tensor) -> Case:
@@ -278,15 +233,24 @@ def _trace_case(label: str, ffn: nn.Module, x: Tensor) -> Case:
                      "x + (FFN without ReLU)": x + no_relu},
     }
     return Case(f"trace_ffn(ffn, x) for {label}", (ffn, x), unchanged_what="trace_ffn",
-                inspect=functools.partial(_compare_named, keys=TRACE_KEYS, expected=expected, mistakes=mistakes,
-                                          fn_name="trace_ffn", label=label, compare_one=compare))
+                inspect=functools.partial(_compare_named, "trace_ffn", TRACE_KEYS, label, expected, mistakes, compare))
 
 
 @isolated
 def check_trace_ffn(trace_fn, hidden: bool = False) -> None:
     """trace_ffn(ffn, x) -> {"hidden": x W1 + b1, "activated": ReLU(hidden), "output": FFN(x),
     "residual": x + FFN(x)} for any ffn with linear1 and linear2 and any x of shape (..., d_model)."""
-    run(TRACE_FFN, trace_fn, [_trace_case(*case) for case in _trace_cases(hidden)], hidden)
+    worked = _TwoLinear(2, 3)
+    worked.load_state_dict({"linear1.weight": WORKED_W1.t(), "linear1.bias": WORKED_B1,  # nn.Linear holds W1ᵀ, W2ᵀ
+                            "linear2.weight": WORKED_W2.t(), "linear2.bias": WORKED_B2})
+    cases = [_trace_case(WORKED_LABEL, worked, WORKED_X.clone())]
+    shapes = [(2, 5, 8, 32), (1, 1, 4, 16)] + ([(3, 4, 6, 10), (None, 7, 5, 20)] if hidden else [])
+    for seed, (batch, length, d_model, d_ff) in enumerate(shapes):
+        torch.manual_seed(200 + seed)
+        ffn = _TwoLinear(d_model, d_ff)
+        x = torch.randn(length, d_model) if batch is None else torch.randn(batch, length, d_model)
+        cases.append(_trace_case(f"x of shape {tuple(x.shape)}", ffn, x))
+    run(TRACE_FFN, trace_fn, cases, hidden)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -319,28 +283,22 @@ class _ShiftRight(nn.Module):
         return torch.cat([torch.zeros_like(x[:, :1]), x[:, :-1]], dim=1)  # (B, T, d_model)
 
 
-def _affected(kind: str, length: int, t: int) -> Tensor:
-    positions = torch.arange(length)
-    return {"ffn": positions == t, "causal": positions >= t, "global": torch.ones(length, dtype=torch.bool),
-            "shift": positions == t + 1}[kind]
-
-
-LAYER_NAMES = {"ffn": "a position-wise FFN", "causal": "a causal running mean", "global": "a mean over all positions",
-               "shift": "a shift by one position"}
-
-
 def _positions_case(seed: int, kind: str, batch: int, length: int, d_model: int, t: int) -> Case:
     """positions_affected on a layer of the given kind, whose answer is known by construction."""
     torch.manual_seed(300 + seed)
     layer = {"ffn": lambda: _TwoLinear(d_model, 4 * d_model), "causal": _CausalMean, "global": _GlobalMean,
              "shift": _ShiftRight}[kind]().eval()
     x = torch.randn(batch, length, d_model)
-    expected = _affected(kind, length, t)
+    positions = torch.arange(length)
+    expected = {"ffn": positions == t, "causal": positions >= t, "global": torch.ones(length, dtype=torch.bool),
+                "shift": positions == t + 1}[kind]
     mistakes = {"the opposite: True where the output did *not* change": ~expected}
     if kind == "ffn" and length > 1:
         mistakes["True everywhere: did you change feature t of every position (x[..., t]) "
                  "instead of position t (x[:, t])?"] = torch.ones(length, dtype=torch.bool)
-    label = f"{LAYER_NAMES[kind]}, x of shape {tuple(x.shape)}, t={t}"
+    name = {"ffn": "a position-wise FFN", "causal": "a causal running mean", "global": "a mean over all positions",
+            "shift": "a shift by one position"}[kind]
+    label = f"{name}, x of shape {tuple(x.shape)}, t={t}"
     return Case(f"positions_affected(layer, x, t) for {label}", (layer, x, t), expected=expected, mistakes=mistakes,
                 label=f"positions_affected for {label}", unchanged_what="positions_affected")
 
@@ -365,8 +323,8 @@ COLLAPSE_LINEAR = Exercise("collapse of two linear layers", (),
 
 
 def _collapse_case(seed: int, d_in: int, d_mid: int, d_out: int) -> Case:
-    """collapse_linear on Linear(d_in, d_mid) then Linear(d_mid, d_out): the weight and the bias, each with its
-    usual mistakes."""
+    """collapse_linear on Linear(d_in, d_mid) then Linear(d_mid, d_out): the layers left as they were, then the
+    weight and the bias, each with its usual mistakes."""
     torch.manual_seed(400 + seed)
     linear1, linear2 = nn.Linear(d_in, d_mid), nn.Linear(d_mid, d_out)
     with torch.no_grad():
@@ -379,24 +337,17 @@ def _collapse_case(seed: int, d_in: int, d_mid: int, d_out: int) -> Case:
     if d_mid == d_out:
         bias_mistakes["b1 + b2: b1 must go through W2 first (W2 b1 + b2)"] = b1 + b2
     label = f"Linear({d_in}, {d_mid}) then Linear({d_mid}, {d_out})"
-    return Case(f"collapse_linear(linear1, linear2) for {label}", (linear1, linear2),
-                inspect=functools.partial(_expect_collapsed, linears=(linear1, linear2), before=[W1, b1, W2, b2],
-                                          weight=weight, weight_mistakes=weight_mistakes, bias=bias,
-                                          bias_mistakes=bias_mistakes, label=label))
 
+    def collapsed(result: object) -> None:
+        # The parameters read now: the learner may have replaced one.
+        expect_unchanged([W1, b1, W2, b2], [linear1.weight.detach(), linear1.bias.detach(), linear2.weight.detach(),
+                                            linear2.bias.detach()], "collapse_linear")
+        if not (isinstance(result, tuple) and len(result) == 2):
+            raise CheckFailed(f"collapse_linear must return a tuple (weight, bias), got {type(result).__name__}")
+        compare(result[0], weight, f"weight for {label}", weight_mistakes)
+        compare(result[1], bias, f"bias for {label}", bias_mistakes)
 
-def _expect_collapsed(result: object, *, linears: tuple[nn.Linear, nn.Linear], before: list[Tensor], weight: Tensor,
-                      weight_mistakes: dict[str, Tensor], bias: Tensor, bias_mistakes: dict[str, Tensor],
-                      label: str) -> None:
-    """The layers left as they were (their parameters read now: the learner may have replaced one), then
-    the pair (weight, bias)."""
-    linear1, linear2 = linears
-    expect_unchanged(before, [linear1.weight.detach(), linear1.bias.detach(), linear2.weight.detach(),
-                              linear2.bias.detach()], "collapse_linear")
-    if not (isinstance(result, tuple) and len(result) == 2):
-        raise CheckFailed(f"collapse_linear must return a tuple (weight, bias), got {type(result).__name__}")
-    compare(result[0], weight, f"weight for {label}", weight_mistakes)
-    compare(result[1], bias, f"bias for {label}", bias_mistakes)
+    return Case(f"collapse_linear(linear1, linear2) for {label}", (linear1, linear2), after=collapsed)
 
 
 @isolated
@@ -414,48 +365,15 @@ def check_collapse_linear(learner_fn, hidden: bool = False) -> None:
 # ----------------------------------------------------------------------------------------------
 
 # Computing the gradients is the exercise: autograd, in every form, is off-limits while it runs.
-BACKWARD_OFF_LIMITS = [
-    "torch.autograd.grad",
-    "torch.autograd.backward",
-    "torch.Tensor.backward",
-    "torch.autograd.functional.vjp",
-    "torch.autograd.functional.jacobian",
-    "torch.func.grad",
-    "torch.func.vjp",
-    "torch.func.jacrev",
-]
+BACKWARD_OFF_LIMITS = ["torch.autograd.grad", "torch.autograd.backward", "torch.Tensor.backward",
+                       "torch.autograd.functional.vjp", "torch.autograd.functional.jacobian",
+                       "torch.func.grad", "torch.func.vjp", "torch.func.jacrev"]
 # With autograd on, as in the notebook (the answer is checked against autograd all the same).
 FFN_BACKWARD = Exercise("the FFN's backward pass by hand", BACKWARD_OFF_LIMITS,
                         "ffn_backward agrees with autograd on {n} inputs, the ReLU's mask, the transposes and the "
                         "sums over positions included", no_grad=False)
 BACKWARD_KEYS = ("dx", "dW1", "db1", "dW2", "db2")
 BACKWARD_ATOL, BACKWARD_RTOL = 1e-4, 1e-4
-
-
-def _backward_cases(hidden: bool) -> list[tuple[str, dict[str, Tensor]]]:
-    """(label, inputs): x (B, T, d_model), W1 (d_model, d_ff), b1, W2 (d_ff, d_model), b2, grad_y like x."""
-    # A square case first (d_model = d_ff): there a missing transpose gives wrong values, not a crash.
-    shapes = [(2, 3, 4, 4), (2, 5, 8, 32)]
-    if hidden:
-        # a batch of 1 with T = 1; T = 1; a batch of 1; another square case
-        shapes += [(1, 1, 3, 12), (3, 1, 5, 7), (1, 6, 4, 10), (4, 3, 6, 6)]
-    cases = []
-    for seed, (batch, length, d_model, d_ff) in enumerate(shapes):
-        g = seeded(500 + seed)
-        cases.append((f"x of shape {(batch, length, d_model)}, d_ff={d_ff}", {
-            "x": torch.randn(batch, length, d_model, generator=g),
-            "W1": torch.randn(d_model, d_ff, generator=g) / d_model**0.5,
-            "b1": 0.5 * torch.randn(d_ff, generator=g),
-            "W2": torch.randn(d_ff, d_model, generator=g) / d_ff**0.5,
-            "b2": 0.5 * torch.randn(d_model, generator=g),
-            "grad_y": torch.randn(batch, length, d_model, generator=g),
-        }))
-    # Second, the worked example with L = the sum of the two outputs, so dL/dy = (1, 1).
-    worked = worked_example_weights()
-    cases.insert(1, (f"{WORKED_LABEL} with dL/dy = (1, 1)", {
-        "x": worked["x"].view(1, 1, 2), "W1": worked["W1"], "b1": worked["b1"], "W2": worked["W2"],
-        "b2": worked["b2"], "grad_y": torch.ones(1, 1, 2)}))
-    return cases
 
 
 def _autograd_reference(t: dict[str, Tensor]) -> dict[str, Tensor]:
@@ -535,12 +453,31 @@ def _compare_gradient(actual: object, expected: Tensor, what: str, mistakes: dic
 def check_ffn_backward(learner_fn, hidden: bool = False) -> None:
     """ffn_backward(x, W1, b1, W2, b2, grad_y) -> {"dx", "dW1", "db1", "dW2", "db2"}: the gradients of
     L through y = max(0, x W1 + b1) W2 + b2 (paper convention), given grad_y = dL/dy; x: (B, T, d_model)."""
+    # A square case first (d_model = d_ff): there a missing transpose gives wrong values, not a crash.
+    shapes = [(2, 3, 4, 4), (2, 5, 8, 32)]
+    if hidden:
+        # a batch of 1 with T = 1; T = 1; a batch of 1; another square case
+        shapes += [(1, 1, 3, 12), (3, 1, 5, 7), (1, 6, 4, 10), (4, 3, 6, 6)]
+    inputs = []  # (label, x (B, T, d_model), W1 (d_model, d_ff), b1, W2 (d_ff, d_model), b2, grad_y like x)
+    for seed, (batch, length, d_model, d_ff) in enumerate(shapes):
+        g = seeded(500 + seed)
+        inputs.append((f"x of shape {(batch, length, d_model)}, d_ff={d_ff}", {
+            "x": torch.randn(batch, length, d_model, generator=g),
+            "W1": torch.randn(d_model, d_ff, generator=g) / d_model**0.5,
+            "b1": 0.5 * torch.randn(d_ff, generator=g),
+            "W2": torch.randn(d_ff, d_model, generator=g) / d_ff**0.5,
+            "b2": 0.5 * torch.randn(d_model, generator=g),
+            "grad_y": torch.randn(batch, length, d_model, generator=g),
+        }))
+    # Second, the worked example with L = the sum of the two outputs, so dL/dy = (1, 1).
+    worked = worked_example_weights()
+    inputs.insert(1, (f"{WORKED_LABEL} with dL/dy = (1, 1)", {**worked, "x": worked["x"].view(1, 1, 2),
+                                                               "grad_y": torch.ones(1, 1, 2)}))
     cases = [Case(f"ffn_backward for {label}", tuple(t[k] for k in ("x", "W1", "b1", "W2", "b2", "grad_y")),
-                  unchanged_what="ffn_backward",
-                  inspect=functools.partial(_compare_named, keys=BACKWARD_KEYS, expected=_autograd_reference(t),
-                                            mistakes=_backward_mistakes(t), fn_name="ffn_backward", label=label,
-                                            compare_one=_compare_gradient))
-             for label, t in _backward_cases(hidden)]
+                  unchanged_what="ffn_backward", inspect=functools.partial(
+                      _compare_named, "ffn_backward", BACKWARD_KEYS, label, _autograd_reference(t),
+                      _backward_mistakes(t), _compare_gradient))
+             for label, t in inputs]
     run(FFN_BACKWARD, learner_fn, cases, hidden)
 
 

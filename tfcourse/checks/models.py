@@ -8,8 +8,6 @@ key/value cache.
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -26,7 +24,7 @@ from ..models import GPT, GPTConfig, Transformer, TransformerConfig, count_param
 from ..output import cross_entropy as reference_cross_entropy
 from ..output import log_softmax as reference_log_softmax
 from .core import (Case, CheckFailed, Exercise, OffLimitsError, build_module, call_learner, compare, composite,
-                   isolated, load_state, run, run_case)
+                   isolated, load_state, run)
 
 # ----------------------------------------------------------------------------------------------
 # What each exercise is, and what it may not call
@@ -64,7 +62,6 @@ GPT_OFF_LIMITS = [
     "torch.nn.TransformerEncoderLayer",
     "torch.nn.TransformerDecoderLayer",
 ]
-# {name}: the learner's class, filled in by check_gpt (see _named).
 GPT_EXERCISE = Exercise("assembling a GPT", GPT_OFF_LIMITS, "{name} equals tfcourse.models.GPT (same state_dict "
                         "keys, same logits, causal) on {n} configurations")
 PARAMETER_COUNT_OFF_LIMITS = [
@@ -110,35 +107,25 @@ CACHED_GENERATION = Exercise("generation with a KV cache", CACHED_GENERATION_OFF
                              "feeding one token per step")
 
 
-def _same_including_inf(actual: Tensor, wrong: Tensor, atol: float, rtol: float) -> bool:
-    """Equal values, and NaN / ±inf in the same places (for mistakes that overflow)."""
-    if not isinstance(actual, Tensor) or actual.shape != wrong.shape:
-        return False
-    return bool(torch.allclose(actual.detach().double(), wrong.double(), atol=atol, rtol=rtol, equal_nan=True))
-
-
-def _name_overflow(actual: Any, expected: Tensor, what: str, mistakes: Mapping[str, Tensor],
-                   atol: float, rtol: float) -> None:
-    """When the output has NaN/inf where the reference is finite, say which unstable formula it matches."""
-    if not isinstance(actual, Tensor) or actual.shape != expected.shape or not actual.is_floating_point():
-        return
-    if torch.isfinite(actual.detach()).all() or not torch.isfinite(expected).all():
-        return
-    for description, wrong in mistakes.items():
-        if not torch.isfinite(wrong).all() and _same_including_inf(actual, wrong, atol, rtol):
-            raise CheckFailed(f"{what}: your output equals {description}")
-    raise CheckFailed(f"{what}: your output contains NaN or inf where the reference is finite — "
-                      "subtract the maximum before exp() so that the largest exponent is exp(0) = 1")
-
-
 def _stable_case(function: str, what: str, label: str, args: tuple, expected: Tensor,
                  mistakes: Mapping[str, Tensor]) -> Case:
-    """A case of log_softmax or cross_entropy: NaN or inf in the output is named by the unstable formula
-    that gives it. (atol 1e-4: the logits × 1000 give values in the thousands.)"""
-    tolerance = {"atol": 1e-4, "rtol": 1e-5}
+    """A case of log_softmax or cross_entropy: NaN or inf in the output where the reference is finite is
+    named by the unstable formula that gives it. (atol 1e-4: the logits × 1000 give values in the thousands.)"""
+    atol, rtol = 1e-4, 1e-5
+
+    def name_overflow(actual: Any) -> None:
+        if (not isinstance(actual, Tensor) or actual.shape != expected.shape or not actual.is_floating_point()
+                or torch.isfinite(actual.detach()).all() or not torch.isfinite(expected).all()):
+            return
+        for description, wrong in mistakes.items():  # NaN and ±inf in the same places count as equal here
+            if not torch.isfinite(wrong).all() and actual.shape == wrong.shape and torch.allclose(
+                    actual.detach().double(), wrong.double(), atol=atol, rtol=rtol, equal_nan=True):
+                raise CheckFailed(f"{label}: your output equals {description}")
+        raise CheckFailed(f"{label}: your output contains NaN or inf where the reference is finite — "
+                          "subtract the maximum before exp() so that the largest exponent is exp(0) = 1")
+
     return Case(what, args, expected=expected, mistakes=mistakes, label=label, unchanged_what=function,
-                inspect=functools.partial(_name_overflow, expected=expected, what=label, mistakes=mistakes,
-                                          **tolerance), **tolerance)
+                inspect=name_overflow, atol=atol, rtol=rtol)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -273,7 +260,7 @@ def check_cross_entropy(learner_fn: Callable, hidden: bool = False) -> None:
                           _cross_entropy_mistakes(logits, targets))
              for name, logits, targets in inputs]
     gradient = _gradient_case(*inputs[1][1:])  # the (2, 6, 11) logits: positions and a batch
-    run(CROSS_ENTROPY, learner_fn, cases, hidden, then=functools.partial(run_case, CROSS_ENTROPY, learner_fn, gradient))
+    run(CROSS_ENTROPY, learner_fn, [*cases, gradient], hidden, count=len(cases))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -296,29 +283,19 @@ def _gpt_mistakes(reference: GPT, ids: Tensor) -> dict[str, Tensor]:
     }
 
 
-def _expect_same_keys(module: nn.Module, reference: nn.Module, cls_name: str) -> None:
-    got, want = set(module.state_dict()), set(reference.state_dict())
-    if got == want:
-        return
-    missing, unexpected = sorted(want - got), sorted(got - want)
-    parts = []
-    if missing:
-        parts.append(f"missing {missing[:3]}{' …' if len(missing) > 3 else ''}")
-    if unexpected:
-        parts.append(f"unexpected {unexpected[:3]}{' …' if len(unexpected) > 3 else ''}")
-    raise CheckFailed(f"{cls_name}'s parameters do not match tfcourse.models.GPT's ({'; '.join(parts)}); name "
-                      "the parts `embed` (InputEmbedding), `blocks` (Encoder) and `output` (nn.Linear, no bias)")
-
-
 def _expect_gpt_structure(module: nn.Module, reference: GPT, n_params: int, cls_name: str) -> None:
     """The reference's parameter names, its weight tying (or not), its number of parameters (n_params)."""
-    _expect_same_keys(module, reference, cls_name)
-    tie_weights = reference.config.tie_weights
+    got, want = set(module.state_dict()), set(reference.state_dict())
+    if got != want:
+        parts = [f"{kind} {names[:3]}{' …' if len(names) > 3 else ''}"
+                 for kind, names in (("missing", sorted(want - got)), ("unexpected", sorted(got - want))) if names]
+        raise CheckFailed(f"{cls_name}'s parameters do not match tfcourse.models.GPT's ({'; '.join(parts)}); name "
+                          "the parts `embed` (InputEmbedding), `blocks` (Encoder) and `output` (nn.Linear, no bias)")
     tied = module.output.weight is module.embed.token.weight
-    if tie_weights and not tied:
+    if reference.config.tie_weights and not tied:
         raise CheckFailed("weight tying: with config.tie_weights, output.weight must be the *same* Parameter "
                           "as embed.token.weight (assign it: self.output.weight = self.embed.token.weight)")
-    if tied and not tie_weights:
+    if tied and not reference.config.tie_weights:
         raise CheckFailed("config.tie_weights is False, but your output layer shares the embedding matrix")
     if count_parameters(module) != n_params:
         raise CheckFailed(f"{cls_name} has {count_parameters(module):,} trainable parameters, "
@@ -331,37 +308,32 @@ def _gpt_case(cls_name: str, seed: int, config: GPTConfig, batch: int, length: i
     torch.manual_seed(seed)
     reference = GPT(config).eval()
     ids = torch.randint(0, config.vocab_size, (batch, length))
-    changed = ids.clone()
     cut = length // 2
-    changed[:, cut:] = (changed[:, cut:] + 5) % config.vocab_size  # change every token from `cut` on
+    changed = torch.cat([ids[:, :cut], (ids[:, cut:] + 5) % config.vocab_size], dim=1)  # every token from `cut` on
     with torch.no_grad():
         expected, mistakes = reference(ids), _gpt_mistakes(reference, ids)
     n_params = count_parameters(reference)
+    logits_changed = []  # the learner's logits for `changed` (when cut > 0)
 
-    def build_and_run(learner_cls: type) -> tuple[Any, Any]:
+    def build_and_run(learner_cls: type) -> Any:
         module = build_module(f"{cls_name}(config)", learner_cls, config)
         _expect_gpt_structure(module, reference, n_params, cls_name)
         load_state(module, reference.state_dict(), cls_name)
         module.eval()
         logits = call_learner(f"forward(ids of shape {tuple(ids.shape)})", module, ids)
-        return logits, (call_learner("forward(ids)", module, changed) if cut > 0 else None)
+        if cut > 0:
+            logits_changed.append(call_learner("forward(ids)", module, changed))
+        return logits
 
-    def expect_causal_logits(outputs: tuple[Any, Any]) -> None:
-        # The logits first: a GPT without the mask is named by that mistake, not only as "not causal".
-        logits, logits_changed = outputs
-        compare(logits, expected, f"logits for ids of shape {tuple(ids.shape)}", mistakes, atol=1e-4, rtol=1e-4)
-        if logits_changed is not None and not torch.allclose(logits[:, :cut], logits_changed[:, :cut], atol=1e-5):
+    def expect_causal(logits: Tensor) -> None:
+        # After the logits: a GPT without the mask is named by that mistake, not only as "not causal".
+        if logits_changed and not torch.allclose(logits[:, :cut], logits_changed[0][:, :cut], atol=1e-5):
             raise CheckFailed(f"changing tokens {cut}… changed the logits at earlier positions: "
                               "a GPT must not look at future tokens (pass causal_mask(T) to the blocks)")
 
-    return Case(f"{cls_name}(config)", call=build_and_run, inspect=expect_causal_logits, unchanged=[ids],
-                unchanged_what="forward(ids)")
-
-
-def _named(exercise: Exercise, name: str) -> Exercise:
-    """The exercise with the learner's class name in its ✔ line (braces in it kept literal for `run`)."""
-    literal = name.replace("{", "{{").replace("}", "}}")
-    return dataclasses.replace(exercise, success=exercise.success.replace("{name}", literal))
+    return Case(f"{cls_name}(config)", call=build_and_run, expected=expected, mistakes=mistakes,
+                label=f"logits for ids of shape {tuple(ids.shape)}", after=expect_causal, unchanged=[ids],
+                unchanged_what="forward(ids)", atol=1e-4, rtol=1e-4)
 
 
 @isolated
@@ -380,7 +352,7 @@ def check_gpt(learner_cls: type, hidden: bool = False) -> None:
         ]
     name = getattr(learner_cls, "__name__", "your class")
     cases = [_gpt_case(name, seed, config, batch, length) for seed, (config, (batch, length)) in enumerate(configs)]
-    run(_named(GPT_EXERCISE, name), learner_cls, cases, hidden)
+    run(GPT_EXERCISE, learner_cls, cases, hidden)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -410,14 +382,13 @@ def _formula(c: TransformerConfig, bias: bool = True, layer_norm: bool = True, c
     return src + tgt + out + positions + final + c.n_layers * (encoder_layer + decoder_layer)
 
 
-_TRUE_COUNTS: dict[str, int] = {}
+_TRUE_COUNTS: dict[str, int] = {}  # repr(config) -> count_parameters(Transformer(config)), each built once
 
 
 def _true_count(config: TransformerConfig) -> int:
-    key = repr(config)
-    if key not in _TRUE_COUNTS:
-        _TRUE_COUNTS[key] = count_parameters(Transformer(config))  # built once per configuration
-    return _TRUE_COUNTS[key]
+    if repr(config) not in _TRUE_COUNTS:
+        _TRUE_COUNTS[repr(config)] = count_parameters(Transformer(config))
+    return _TRUE_COUNTS[repr(config)]
 
 
 def _count_mistakes(config: TransformerConfig) -> dict[str, int]:
@@ -443,25 +414,24 @@ def _count_mistakes(config: TransformerConfig) -> dict[str, int]:
     }
 
 
-def _expect_count(answer: Any, what: str, true_count: int, mistakes: Mapping[str, int]) -> None:
-    """A Python int equal to the true count; else the mistake it equals, or how far off it is."""
-    if isinstance(answer, bool) or not isinstance(answer, int):
-        raise CheckFailed(f"{what}: return a Python int, got {type(answer).__name__}")
-    if answer == true_count:
-        return
-    for description, wrong in mistakes.items():
-        if answer == wrong and wrong != true_count:
-            raise CheckFailed(f"{what}: you got {answer:,}, which is {description}")
-    raise CheckFailed(f"{what}: expected {true_count:,}, got {answer:,} (off by {answer - true_count:+,})")
-
-
 def _count_case(config: TransformerConfig) -> Case:
+    """A Python int equal to the true count; else the mistake it equals, or how far off it is."""
     what = (f"parameter count for d_model={config.d_model}, n_layers={config.n_layers}, "
             f"vocab {config.src_vocab_size}/{config.tgt_vocab_size}, share_embeddings={config.share_embeddings}, "
             f"tie_output={config.tie_output}, norm_first={config.norm_first}, positional={config.positional!r}")
-    return Case("transformer_parameter_count(config)", (config,),
-                inspect=functools.partial(_expect_count, what=what, true_count=_true_count(config),
-                                          mistakes=_count_mistakes(config)))
+    true_count, mistakes = _true_count(config), _count_mistakes(config)
+
+    def expect_count(answer: Any) -> None:
+        if isinstance(answer, bool) or not isinstance(answer, int):
+            raise CheckFailed(f"{what}: return a Python int, got {type(answer).__name__}")
+        if answer == true_count:
+            return
+        for description, wrong in mistakes.items():
+            if answer == wrong and wrong != true_count:
+                raise CheckFailed(f"{what}: you got {answer:,}, which is {description}")
+        raise CheckFailed(f"{what}: expected {true_count:,}, got {answer:,} (off by {answer - true_count:+,})")
+
+    return Case("transformer_parameter_count(config)", (config,), after=expect_count)
 
 
 @isolated
@@ -478,8 +448,6 @@ def check_parameter_count(learner_fn: Callable, hidden: bool = False) -> None:
             TransformerConfig(src_vocab_size=30, tgt_vocab_size=30, d_model=8, n_heads=2, n_layers=1, max_len=7,
                               positional="learned", share_embeddings=True, tie_output=True),
             TransformerConfig(src_vocab_size=9, tgt_vocab_size=12, d_model=12, n_heads=3, n_layers=3, norm_first=True),
-        ]
-        configs += [
             TransformerConfig(src_vocab_size=20, tgt_vocab_size=20, d_model=16, n_heads=2, n_layers=2,
                               share_embeddings=True),
             TransformerConfig(src_vocab_size=20, tgt_vocab_size=30, d_model=8, n_heads=2, n_layers=3, tie_output=True),
@@ -536,15 +504,6 @@ def check_shift_right(learner_fn: Callable, hidden: bool = False) -> None:
 # ----------------------------------------------------------------------------------------------
 
 
-def _top_p_variant(logits: Tensor, top_p: float, strict: bool) -> Tensor:
-    """Top-p that drops the token which crosses p: keeps only tokens whose cumulative mass stays below p."""
-    sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
-    cumulative = torch.softmax(sorted_logits, dim=-1).cumsum(dim=-1)
-    drop_sorted = cumulative > top_p if strict else cumulative >= top_p
-    drop = drop_sorted.scatter(-1, order, drop_sorted)
-    return logits.masked_fill(drop, float("-inf"))
-
-
 def _filter_mistakes(logits: Tensor, top_k: int | None, top_p: float | None) -> dict[str, Tensor]:
     expected = reference_filter_logits(logits, top_k, top_p)
     vocab = logits.shape[-1]
@@ -557,8 +516,11 @@ def _filter_mistakes(logits: Tensor, top_k: int | None, top_p: float | None) -> 
                 reference_filter_logits(logits, top_k - 1, top_p)
     if top_p is not None:
         after_k = reference_filter_logits(logits, top_k, None)
+        sorted_logits, order = torch.sort(after_k, dim=-1, descending=True)
+        cumulative = torch.softmax(sorted_logits, dim=-1).cumsum(dim=-1)
         # Two ways to drop the crossing token (cumulative > p, cumulative >= p); name whichever differs.
-        variants = [_top_p_variant(after_k, top_p, strict) for strict in (True, False)]
+        variants = [after_k.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
+                    for drop in (cumulative > top_p, cumulative >= top_p)]
         crossing = next((v for v in variants if not torch.equal(torch.isinf(v), torch.isinf(expected))), variants[0])
         mistakes["top-p that also drops the token which crosses p: keep it, the kept mass must reach p"] = crossing
         if top_k is not None:
@@ -574,32 +536,26 @@ def _filter_mistakes(logits: Tensor, top_k: int | None, top_p: float | None) -> 
     return mistakes
 
 
-def _explain_kept_tokens(failure: CheckFailed, actual: Any, expected: Tensor, what: str) -> None:
-    """Turn 'values differ (largest difference inf)' into which tokens were kept."""
-    if "values differ" not in str(failure) or not isinstance(actual, Tensor) or actual.shape != expected.shape:
-        raise failure
-    kept, wanted = torch.isfinite(actual), torch.isfinite(expected)
-    if not torch.equal(kept, wanted):
-        raise CheckFailed(f"{what}: you keep {kept.sum(-1).tolist()} tokens per row, the reference keeps "
-                          f"{wanted.sum(-1).tolist()}") from None
-    raise CheckFailed(f"{what}: the right tokens are kept, but their logits changed; only the removed "
-                      "ones become −inf") from None
-
-
-def _expect_filtered(actual: Any, expected: Tensor, what: str, mistakes: Mapping[str, Tensor]) -> None:
-    """compare, where a mismatch that no usual mistake explains says which tokens were kept."""
-    try:
-        compare(actual, expected, what, mistakes, atol=1e-6, rtol=1e-6)
-    except CheckFailed as failure:
-        _explain_kept_tokens(failure, actual, expected, what)
-
-
 def _filter_case(logits: Tensor, k: int | None, p: float | None) -> Case:
     what = f"filter_logits(logits of shape {tuple(logits.shape)}, top_k={k}, top_p={p})"
-    # Judged by the inspector alone: its mismatch says which tokens were kept, not only "values differ".
-    return Case(what, (logits, k, p), unchanged_what="filter_logits",
-                inspect=functools.partial(_expect_filtered, expected=reference_filter_logits(logits, k, p), what=what,
-                                          mistakes=_filter_mistakes(logits, k, p)))
+    expected, mistakes = reference_filter_logits(logits, k, p), _filter_mistakes(logits, k, p)
+
+    def expect_filtered(actual: Any) -> None:
+        """compare, where 'values differ (largest difference inf)' becomes which tokens were kept."""
+        try:
+            compare(actual, expected, what, mistakes, atol=1e-6, rtol=1e-6)
+        except CheckFailed as failure:
+            if "values differ" not in str(failure) or not isinstance(actual, Tensor) or actual.shape != expected.shape:
+                raise
+            kept, wanted = torch.isfinite(actual), torch.isfinite(expected)
+            if not torch.equal(kept, wanted):
+                raise CheckFailed(f"{what}: you keep {kept.sum(-1).tolist()} tokens per row, the reference keeps "
+                                  f"{wanted.sum(-1).tolist()}") from None
+            raise CheckFailed(f"{what}: the right tokens are kept, but their logits changed; only the removed "
+                              "ones become −inf") from None
+
+    # Judged here alone: a mismatch says which tokens were kept, not only "values differ".
+    return Case(what, (logits, k, p), unchanged_what="filter_logits", after=expect_filtered)
 
 
 @isolated
@@ -628,12 +584,6 @@ def _draws(logits: Tensor, temperature: float, top_k: int | None, top_p: float |
     return reference_sample_next_token(logits, temperature, top_k, top_p, generator=torch.Generator().manual_seed(seed))
 
 
-def _filtered_before_temperature(logits: Tensor, temperature: float, top_k: int | None, top_p: float | None,
-                                 seed: int) -> Tensor:
-    probs = torch.softmax(reference_filter_logits(logits, top_k, top_p) / temperature, dim=-1)
-    return torch.multinomial(probs, 1, generator=torch.Generator().manual_seed(seed)).squeeze(-1)
-
-
 def _expect_token_ids(actual: Any, what: str, batch: int) -> None:
     if not isinstance(actual, Tensor):
         raise CheckFailed(f"{what}: expected a torch.Tensor of token ids, got {type(actual).__name__}")
@@ -648,42 +598,14 @@ def _greedy_case(what: str, args: tuple) -> Case:
     def call_greedy(learner_fn: Callable) -> Any:
         try:
             return call_learner(what, learner_fn, *args)
-        except OffLimitsError:
-            raise
         except CheckFailed as failure:
-            if "not implemented" not in str(failure):
-                raise CheckFailed(f"{failure} — temperature 0 means greedy: return logits.argmax(dim=-1) "
-                                  "before dividing by the temperature") from None
-            raise
+            if isinstance(failure, OffLimitsError) or "not implemented" in str(failure):
+                raise
+            raise CheckFailed(f"{failure} — temperature 0 means greedy: return logits.argmax(dim=-1) "
+                              "before dividing by the temperature") from None
 
     return Case(what, args, expected=logits.argmax(dim=-1), call=call_greedy, unchanged_what="sample_next_token",
-                inspect=functools.partial(_expect_token_ids, what=what, batch=logits.shape[0]), atol=0, rtol=0)
-
-
-def _expect_draws(actual: Any, what: str, logits: Tensor, expected: Tensor, mistakes: Mapping[str, Tensor],
-                  allowed: Tensor) -> None:
-    """Nearly all draws equal the reference's with the same generator; else the mistake they equal, or
-    tokens that the filter removes, or the generator not passed on."""
-    batch, vocab = logits.shape
-    _expect_token_ids(actual, what, batch)
-    if actual.shape != expected.shape or actual.dtype.is_floating_point:
-        raise CheckFailed(f"{what}: expected integer token ids of shape ({batch},), "
-                          f"got {actual.dtype} of shape {tuple(actual.shape)}")
-    if ((actual < 0) | (actual >= vocab)).any():
-        raise CheckFailed(f"{what}: token ids must lie in [0, V) = [0, {vocab})")
-    agree = (actual == expected).float().mean().item()
-    if agree >= _AGREE:
-        return
-    for description, wrong in mistakes.items():
-        if (actual == wrong).float().mean().item() >= _AGREE:
-            raise CheckFailed(f"{what}: your samples equal {description}")
-    if not allowed[torch.arange(batch), actual.long()].all():
-        raise CheckFailed(f"{what}: you sampled tokens that top-k / top-p removes; sample from the filtered "
-                          "logits (their −inf entries get probability 0)")
-    raise CheckFailed(f"{what}: with the same seed only {agree:.0%} of your draws equal "
-                      "torch.multinomial(softmax(filter_logits(logits / T, top_k, top_p)), 1, "
-                      "generator=generator); "
-                      "did you pass the generator to torch.multinomial?")
+                inspect=lambda actual: _expect_token_ids(actual, what, logits.shape[0]), atol=0, rtol=0)
 
 
 def _sampling_case(logits: Tensor, temperature: float, k: int | None, p: float | None, seed: int) -> Case:
@@ -701,13 +623,36 @@ def _sampling_case(logits: Tensor, temperature: float, k: int | None, p: float |
     if k is not None or p is not None:
         mistakes["draws without top-k / top-p filtering"] = _draws(logits, temperature, None, None, seed)
     if p is not None and temperature != 1.0:
+        filtered_first = torch.softmax(reference_filter_logits(logits, k, p) / temperature, dim=-1)
         mistakes["draws with top-p applied *before* dividing by T: filter the tempered logits"] = \
-            _filtered_before_temperature(logits, temperature, k, p, seed)
+            torch.multinomial(filtered_first, 1, generator=torch.Generator().manual_seed(seed)).squeeze(-1)
     allowed = torch.isfinite(reference_filter_logits(logits / temperature, k, p))  # (B, V)
-    # Judged by the inspector alone: draws agree up to rounding at the edges, not exactly.
-    return Case(what, args, unchanged_what="sample_next_token",
-                inspect=functools.partial(_expect_draws, what=what, logits=logits, expected=expected,
-                                          mistakes=mistakes, allowed=allowed))
+    batch, vocab = logits.shape
+
+    def expect_draws(actual: Any) -> None:
+        """Nearly all draws equal the reference's with the same generator; else the mistake they equal, or
+        tokens that the filter removes, or the generator not passed on."""
+        _expect_token_ids(actual, what, batch)
+        if actual.shape != expected.shape or actual.dtype.is_floating_point:
+            raise CheckFailed(f"{what}: expected integer token ids of shape ({batch},), "
+                              f"got {actual.dtype} of shape {tuple(actual.shape)}")
+        if ((actual < 0) | (actual >= vocab)).any():
+            raise CheckFailed(f"{what}: token ids must lie in [0, V) = [0, {vocab})")
+        agree = (actual == expected).float().mean().item()
+        if agree >= _AGREE:
+            return
+        for description, wrong in mistakes.items():
+            if (actual == wrong).float().mean().item() >= _AGREE:
+                raise CheckFailed(f"{what}: your samples equal {description}")
+        if not allowed[torch.arange(batch), actual.long()].all():
+            raise CheckFailed(f"{what}: you sampled tokens that top-k / top-p removes; sample from the filtered "
+                              "logits (their −inf entries get probability 0)")
+        raise CheckFailed(f"{what}: with the same seed only {agree:.0%} of your draws equal torch.multinomial("
+                          "softmax(filter_logits(logits / T, top_k, top_p)), 1, generator=generator); "
+                          "did you pass the generator to torch.multinomial?")
+
+    # Judged here alone: draws agree up to rounding at the edges, not exactly.
+    return Case(what, args, unchanged_what="sample_next_token", after=expect_draws)
 
 
 @isolated
@@ -883,52 +828,43 @@ def check_beam_search(learner_fn: Callable, hidden: bool = False) -> None:
 # ----------------------------------------------------------------------------------------------
 
 
-class _CallRecorder:
-    """Records what the model was fed: (number of new tokens, caches passed?, training mode?)."""
-
-    def __init__(self, model: nn.Module):
-        self.calls: list[tuple[tuple[int, ...], bool, bool]] = []
-        self.handle = model.register_forward_pre_hook(self.hook, with_kwargs=True)
-
-    def hook(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
-        ids = args[0] if args else kwargs.get("ids")
-        caches = args[1] if len(args) > 1 else kwargs.get("caches")
-        self.calls.append((tuple(ids.shape) if isinstance(ids, Tensor) else (), caches is not None, module.training))
-
-
-def _diagnose_calls(calls: list[tuple[tuple[int, ...], bool, bool]], prompt: Tensor, what: str) -> None:
-    if calls and not all(cached for _, cached, _ in calls):
-        raise CheckFailed(f"{what}: the model was called without caches; make them once with "
-                          "model.make_caches() and pass them on every call: model(new_ids, caches)")
-    if calls and calls[0][0][1:] != (prompt.shape[1],):
-        raise CheckFailed(f"{what}: the first call must read the whole prompt, shape {tuple(prompt.shape)}; "
-                          f"it got {calls[0][0]}")
-    for step, (shape, _, _) in enumerate(calls[1:], start=2):
-        if shape[1:] != (1,):
-            raise CheckFailed(f"{what}: call {step} fed the model {shape[1] if len(shape) > 1 else '?'} tokens; "
-                              "with the cache, feed only the newest token, shape (B, 1): the keys and values "
-                              "of the earlier tokens are already in the cache")
-
-
 def _cached_generation_case(model: GPT, prompt: Tensor, n: int) -> Case:
     """One prompt: the tokens of greedy generation without a cache, and the model's calls recorded."""
     expected = reference_generate(model, prompt, n, temperature=0.0, use_cache=False)
     what = f"greedy_generate_cached(model, prompt of shape {tuple(prompt.shape)}, max_new_tokens={n})"
+    calls: list[tuple[tuple[int, ...], bool, bool]] = []  # each call's (ids shape, caches passed?, training?)
 
-    def generate_recorded(learner_fn: Callable) -> tuple[Any, list]:
+    def diagnose_calls() -> None:
+        if calls and not all(cached for _, cached, _ in calls):
+            raise CheckFailed(f"{what}: the model was called without caches; make them once with "
+                              "model.make_caches() and pass them on every call: model(new_ids, caches)")
+        if calls and calls[0][0][1:] != (prompt.shape[1],):
+            raise CheckFailed(f"{what}: the first call must read the whole prompt, shape {tuple(prompt.shape)}; "
+                              f"it got {calls[0][0]}")
+        for step, (shape, _, _) in enumerate(calls[1:], start=2):
+            if shape[1:] != (1,):
+                raise CheckFailed(f"{what}: call {step} fed the model {shape[1] if len(shape) > 1 else '?'} "
+                                  "tokens; with the cache, feed only the newest token, shape (B, 1): the keys and "
+                                  "values of the earlier tokens are already in the cache")
+
+    def record(module: nn.Module, args: tuple, kwargs: dict) -> None:
+        ids = args[0] if args else kwargs.get("ids")
+        caches = args[1] if len(args) > 1 else kwargs.get("caches")
+        calls.append((tuple(ids.shape) if isinstance(ids, Tensor) else (), caches is not None, module.training))
+
+    def generate_recorded(learner_fn: Callable) -> Any:
         model.train()  # as a model comes out of training: dropout on
-        recorder = _CallRecorder(model)
+        handle = model.register_forward_pre_hook(record, with_kwargs=True)
         try:
-            return call_learner(what, learner_fn, model, prompt, n), recorder.calls
+            return call_learner(what, learner_fn, model, prompt, n)
         except CheckFailed as failure:
-            _diagnose_calls(recorder.calls, prompt, what)  # a crash is often the symptom of feeding too much
+            diagnose_calls()  # a crash is often the symptom of feeding too much
             raise failure from None
         finally:
-            recorder.handle.remove()
+            handle.remove()
 
-    def expect_cached_calls(result: tuple[Any, list]) -> Any:
-        actual, calls = result
-        _diagnose_calls(calls, prompt, what)
+    def expect_cached_calls(actual: Any) -> None:
+        diagnose_calls()
         if isinstance(actual, Tensor) and actual.shape == (prompt.shape[0], n):
             raise CheckFailed(f"{what}: return the prompt followed by the new tokens, shape (B, T + n) = "
                               f"{tuple(expected.shape)}, not the new tokens alone")
@@ -938,7 +874,6 @@ def _cached_generation_case(model: GPT, prompt: Tensor, n: int) -> Case:
         if dropout_on and not (isinstance(actual, Tensor) and torch.equal(actual, expected)):
             raise CheckFailed(f"{what}: the model was still in training mode, so dropout changed the tokens; "
                               "call model.eval() before generating")
-        return actual  # the tokens, compared with the reference's
 
     return Case(what, call=generate_recorded, inspect=expect_cached_calls, expected=expected, unchanged=[prompt],
                 unchanged_what="greedy_generate_cached", atol=0, rtol=0)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 import torch
@@ -33,17 +32,10 @@ RMS_NORM_OFF_LIMITS = ["tfcourse.modern.RMSNorm", "torch.nn.RMSNorm", "torch.nn.
 RMS_NORM = Exercise("RMSNorm", RMS_NORM_OFF_LIMITS, "RMSNorm matches the reference on {n} inputs")
 SWIGLU_OFF_LIMITS = ["tfcourse.modern.SwiGLUFeedForward", "tfcourse.modern.swiglu_hidden_size"]
 
-
-def _swiglu_success(d_model: int) -> str:
-    """The ✔ line, which works out the default width's weights at `d_model` ({n}: the runner's count)."""
-    width = swiglu_hidden_size(d_model)
-    return (f"SwiGLUFeedForward matches the reference on {{n}} shapes; at d_model = {d_model} its default width "
-            f"{width} holds 3 x {d_model} x {width} = {3 * d_model * width:,} weights, as the ReLU FFN's "
-            f"2 x {d_model} x {4 * d_model}")
-
-
-SWIGLU = Exercise("SwiGLU feed-forward network", SWIGLU_OFF_LIMITS, _swiglu_success(384))
-
+# The ✔ line works out the default width's weights at d = 384 (see check_swiglu).
+SWIGLU = Exercise("SwiGLU feed-forward network", SWIGLU_OFF_LIMITS,
+                  "SwiGLUFeedForward matches the reference on {n} shapes; at d_model = {d} its default width {width} "
+                  "holds 3 x {d} x {width} = {weights:,} weights, as the ReLU FFN's 2 x {d} x {relu_width}")
 ROPE_OFF_LIMITS = ["tfcourse.modern.apply_rope", "tfcourse.modern.rope_cos_sin", "tfcourse.modern.rotate_half"]
 ROPE = Exercise("rotary position embedding", ROPE_OFF_LIMITS,
                 "apply_rope matches the reference on {n} inputs: the score q_m . k_n depends on m - n alone")
@@ -52,10 +44,9 @@ GQA_OFF_LIMITS = ["tfcourse.modern.grouped_query_attention", "tfcourse.modern.re
 GQA = Exercise("grouped-query attention", GQA_OFF_LIMITS,
                "grouped_query_attention matches the reference on {n} cases (MHA and MQA are its two ends)")
 GQA_LAYER_OFF_LIMITS = ["tfcourse.modern.GroupedQueryAttention", *ATTENTION_BUILTINS]
-# The ✔ line starts with the name of the learner's class (see check_gqa_attention).
 GQA_LAYER = Exercise("grouped-query attention layer", GQA_LAYER_OFF_LIMITS,
-                     "matches the reference on {n} layers, with and without the KV cache, which keeps only the "
-                     "n_kv_heads heads")
+                     "{name} matches the reference on {n} layers, with and without the KV cache, which keeps only "
+                     "the n_kv_heads heads")
 
 ROPE_ATOL = 1e-4  # angles up to ~100 radians in float32: another (right) way to compute them differs by ~1e-5
 
@@ -65,6 +56,20 @@ def _portable(learner_cls: Any, name: str, args: tuple, inputs: list) -> Callabl
     GPU run needs."""
     call = f"{name}({', '.join(map(str, args))})"
     return lambda: expect_portable(call, build_module(call, learner_cls, *args), inputs)
+
+
+def _module_call(call: str, args: tuple, reference: nn.Module, names_hint: str, forward: str, x: Tensor,
+                 expect_structure: Callable[[nn.Module], None]) -> Callable[[Any], Any]:
+    """A Case's call for a module exercise: build the learner's module (`call` names the construction), check
+    its structure, give it the reference's weights and run its forward on x (`forward` names it) in eval mode."""
+
+    def build_and_forward(learner_cls: Any) -> Any:
+        module = build_module(call, learner_cls, *args)
+        expect_structure(module)
+        load_reference_weights(module, reference, names_hint)
+        return call_learner(forward, module.eval(), x)
+
+    return build_and_forward
 
 
 # ----------------------------------------------------------------------------------------------
@@ -113,36 +118,12 @@ def _expect_gain_only(module: nn.Module, call: str, d_model: int) -> None:
                           "rescales")
 
 
-def _rms_norm_case(name: str, description: str, x: Tensor, eps: float | None, gen: torch.Generator) -> Case:
-    d_model = x.shape[-1]
-    args = (d_model,) if eps is None else (d_model, eps)
-    reference = RMSNorm(*args)
-    with torch.no_grad():
-        reference.weight.copy_(1.0 + 0.5 * torch.randn(d_model, generator=gen))  # a gain != 1 shows when missing
-        expected = reference(x)
-        mistakes = _rms_norm_mistakes(x, reference.weight, reference.eps)
-    call = f"{name}({d_model}" + (f", eps={eps})" if eps is not None else ")")
-    forward = f"{call}.forward(x) for {description}"
-
-    def build_and_forward(learner_cls: Any) -> Any:
-        module = build_module(call, learner_cls, *args)
-        _expect_gain_only(module, call, d_model)
-        load_reference_weights(module, reference, "name the gain `weight`")
-        return call_learner(forward, module.eval(), x)
-
-    return Case(forward, expected=expected, mistakes=mistakes, label=f"RMSNorm on {description}", unchanged=[x],
-                call=build_and_forward)
-
-
 @isolated
 @one_thread
 def check_rms_norm(learner_cls: Any, hidden: bool = False) -> None:
     """RMSNorm(d_model, eps=1e-6): x / sqrt(mean(x^2) + eps) * weight over the last dimension."""
     gen = torch.Generator().manual_seed(11)
-
-    def normal(*shape: int) -> Tensor:
-        return torch.randn(*shape, generator=gen)
-
+    normal = functools.partial(torch.randn, generator=gen)
     inputs: list[tuple[str, Tensor, float | None]] = [
         ("x (2, 5, 8) with mean 1 and std 3", 3.0 * normal(2, 5, 8) + 1.0, None),
         ("x (1, 1, 16) with tiny values (RMS 0.002, so eps matters)", 0.002 * normal(1, 1, 16), None),
@@ -157,8 +138,21 @@ def check_rms_norm(learner_cls: Any, hidden: bool = False) -> None:
             ("x (2, 4, 10) with small values and eps=1e-3", 0.03 * normal(2, 4, 10), 1e-3),
             ("x (1, 1, 4), batch of 1 and T = 1", normal(1, 1, 4), None),
         ]
-    name = getattr(learner_cls, "__name__", "RMSNorm")
-    cases = [_rms_norm_case(name, description, x, eps, gen) for description, x, eps in inputs]
+    name, cases = getattr(learner_cls, "__name__", "RMSNorm"), []
+    for description, x, eps in inputs:
+        d_model = x.shape[-1]
+        args = (d_model,) if eps is None else (d_model, eps)
+        reference = RMSNorm(*args)
+        with torch.no_grad():
+            reference.weight.copy_(1.0 + 0.5 * torch.randn(d_model, generator=gen))  # a gain != 1 shows when missing
+            expected = reference(x)
+            mistakes = _rms_norm_mistakes(x, reference.weight, reference.eps)
+        call = f"{name}({d_model}" + (f", eps={eps})" if eps is not None else ")")
+        forward = f"{call}.forward(x) for {description}"
+        cases.append(Case(forward, expected=expected, mistakes=mistakes, label=f"RMSNorm on {description}",
+                          unchanged=[x], call=_module_call(call, args, reference, "name the gain `weight`", forward, x,
+                                                           functools.partial(_expect_gain_only, call=call,
+                                                                             d_model=d_model))))
     run(RMS_NORM, learner_cls, cases, hidden, then=_portable(learner_cls, name, (8,), [torch.randn(2, 3, 8)]))
 
 
@@ -209,27 +203,6 @@ def _expect_three_bias_free_layers(module: nn.Module, call: str, d_model: int, d
                              "matrices instead of two, the same number of parameters)"))
 
 
-def _swiglu_case(seed: int, name: str, batch: int | None, length: int, d_model: int, d_ff: int | None) -> Case:
-    torch.manual_seed(20 + seed)
-    reference = SwiGLUFeedForward(d_model, d_ff).eval()
-    x = torch.randn(length, d_model) if batch is None else torch.randn(batch, length, d_model)
-    with torch.no_grad():
-        expected = reference(x)
-        mistakes = _swiglu_mistakes(reference, x)
-    args = (d_model,) if d_ff is None else (d_model, d_ff)
-    call = f"{name}{args}".replace(",)", ")")
-    forward = f"forward(x) of {call} for x of shape {tuple(x.shape)}"
-
-    def build_and_forward(learner_cls: Any) -> Any:
-        module = build_module(call, learner_cls, *args)
-        _expect_three_bias_free_layers(module, call, d_model, d_ff, reference.d_ff)
-        load_reference_weights(module, reference, "name the three layers w_gate, w_up and w_down")
-        return call_learner(forward, module.eval(), x)
-
-    return Case(forward, expected=expected, mistakes=mistakes, unchanged=[x], call=build_and_forward,
-                label=f"SwiGLU output of {call} for x of shape {tuple(x.shape)}")
-
-
 @isolated
 @one_thread
 def check_swiglu(learner_cls: Any, hidden: bool = False) -> None:
@@ -239,9 +212,26 @@ def check_swiglu(learner_cls: Any, hidden: bool = False) -> None:
     if hidden:
         # a d_model that 3 does not divide (the width rounds down), an explicit d_ff, a 2-D input
         shapes = [(3, 7, 8, None), (2, 3, 9, 24), (None, 5, 12, 20), (1, 1, 4, None)]
-    name = getattr(learner_cls, "__name__", "SwiGLUFeedForward")
-    cases = [_swiglu_case(seed, name, *shape) for seed, shape in enumerate(shapes)]
-    run(SWIGLU, learner_cls, cases, hidden, then=_portable(learner_cls, name, (12,), [torch.randn(2, 5, 12)]))
+    name, cases = getattr(learner_cls, "__name__", "SwiGLUFeedForward"), []
+    for seed, (batch, length, d_model, d_ff) in enumerate(shapes):
+        torch.manual_seed(20 + seed)
+        reference = SwiGLUFeedForward(d_model, d_ff).eval()
+        x = torch.randn(length, d_model) if batch is None else torch.randn(batch, length, d_model)
+        with torch.no_grad():
+            expected = reference(x)
+            mistakes = _swiglu_mistakes(reference, x)
+        args = (d_model,) if d_ff is None else (d_model, d_ff)
+        call = f"{name}{args}".replace(",)", ")")
+        forward = f"forward(x) of {call} for x of shape {tuple(x.shape)}"
+        structure = functools.partial(_expect_three_bias_free_layers, call=call, d_model=d_model, d_ff=d_ff,
+                                      expected_width=reference.d_ff)
+        cases.append(Case(forward, expected=expected, mistakes=mistakes, unchanged=[x],
+                          label=f"SwiGLU output of {call} for x of shape {tuple(x.shape)}",
+                          call=_module_call(call, args, reference, "name the three layers w_gate, w_up and w_down",
+                                            forward, x, structure)))
+    width = swiglu_hidden_size(384)  # (off-limits only while the learner's code runs)
+    run(SWIGLU, learner_cls, cases, hidden, then=_portable(learner_cls, name, (12,), [torch.randn(2, 5, 12)]),
+        fields=dict(d=384, width=width, weights=3 * 384 * width, relu_width=4 * 384))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -302,7 +292,8 @@ def _rope_mistakes(x: Tensor, offset: int, base: float) -> dict[str, Tensor]:
     if offset != 0:
         mistakes["positions from 0: the offset is ignored (with a KV cache the new tokens sit at positions "
                  "offset, offset + 1, ...)"] = rot(_angles(length, d, 0, base))
-    mistakes["positions from 1 instead of 0 (position offset + t, t = 0 .. T-1)"] = rot(_angles(length, d, offset + 1, base))
+    mistakes["positions from 1 instead of 0 (position offset + t, t = 0 .. T-1)"] = (
+        rot(_angles(length, d, offset + 1, base)))
     return mistakes
 
 
@@ -331,18 +322,6 @@ def _expect_rotation(actual: Any, what: str, expected: Tensor, mistakes: dict[st
         raise
 
 
-def _rope_case(seed: int, learner_fn: Any, shape: tuple[int, ...], offset: int, base: float | None) -> Case:
-    x = torch.randn(*shape, generator=torch.Generator().manual_seed(40 + seed))
-    used_base = 10000.0 if base is None else base
-    expected = apply_rope(x, offset, used_base)
-    mistakes = _rope_mistakes(x, offset, used_base)
-    what = f"apply_rope(x, offset={offset}" + (f", base={base:g})" if base is not None else ")") + \
-           f" for x of shape {tuple(shape)}"
-    return Case(what, (x, offset) if base is None else (x, offset, base),
-                inspect=functools.partial(_expect_rotation, what=what, expected=expected, mistakes=mistakes,
-                                          learner_fn=learner_fn, d_head=shape[-1]))
-
-
 @isolated
 @one_thread
 def check_apply_rope(learner_fn: Any, hidden: bool = False) -> None:
@@ -353,7 +332,16 @@ def check_apply_rope(learner_fn: Any, hidden: bool = False) -> None:
         # T = 1 after a long cache, a 3-D input, LLaMA 3's base, a single pair
         inputs = [((1, 1, 1, 4), 0, None), ((2, 4, 6, 32), 100, None), ((3, 9, 2), 3, None),
                   ((1, 2, 5, 8), 2, 500000.0), ((2, 1, 3, 2), 1, None)]
-    cases = [_rope_case(seed, learner_fn, shape, offset, base) for seed, (shape, offset, base) in enumerate(inputs)]
+    cases = []
+    for seed, (shape, offset, base) in enumerate(inputs):
+        x = torch.randn(*shape, generator=torch.Generator().manual_seed(40 + seed))
+        args = (x, offset) if base is None else (x, offset, base)
+        expected, mistakes = apply_rope(*args), _rope_mistakes(x, offset, 10000.0 if base is None else base)
+        what = (f"apply_rope(x, offset={offset}" + (f", base={base:g})" if base is not None else ")")
+                + f" for x of shape {tuple(shape)}")
+        cases.append(Case(what, args, inspect=functools.partial(_expect_rotation, what=what, expected=expected,
+                                                                mistakes=mistakes, learner_fn=learner_fn,
+                                                                d_head=shape[-1])))
     run(ROPE, learner_fn, cases, hidden)
 
 
@@ -366,19 +354,6 @@ def _attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: bool
     if not scale:
         q = q * q.shape[-1] ** 0.5  # undoes the 1/sqrt(d_head) inside
     return scaled_dot_product_attention(q, k, v, mask)[0]
-
-
-def _gqa_cases(hidden: bool) -> list[tuple[str, tuple[int, int, int, int, int, int], str]]:
-    """(label, (B, n_heads, n_kv_heads, T_q, T_k, d_head), mask kind)."""
-    cases = [("grouped-query, 8 query heads sharing 2 kv heads", (2, 8, 2, 5, 5, 8), "causal"),
-             ("multi-query, 4 query heads sharing 1 kv head", (1, 4, 1, 3, 3, 4), "none")]
-    if hidden:
-        cases = [("multi-head, n_kv_heads = n_heads = 4", (2, 4, 4, 6, 6, 8), "causal"),
-                 ("T = 1, 6 query heads, 3 kv heads", (1, 6, 3, 1, 1, 4), "none"),
-                 ("one new query after 6 cached keys", (2, 6, 2, 1, 7, 8), "causal"),
-                 ("a padding mask (B, 1, 1, T)", (3, 4, 2, 5, 5, 8), "padding"),
-                 ("a mask that hides all but one key", (2, 6, 3, 4, 4, 4), "one_key")]
-    return cases
 
 
 def _gqa_mask(kind: str, batch: int, t_q: int, t_k: int) -> Tensor | None:
@@ -436,7 +411,16 @@ def _gqa_case(seed: int, label: str, sizes: tuple[int, ...], kind: str) -> Case:
 def check_grouped_query_attention(learner_fn: Any, hidden: bool = False) -> None:
     """grouped_query_attention(q, k, v, mask=None) for q (B, n_heads, T_q, d_head), k and v
     (B, n_kv_heads, T_k, d_head) -> (B, n_heads, T_q, d_head): query head h uses kv head h // (n_heads / n_kv_heads)."""
-    cases = [_gqa_case(seed, label, sizes, kind) for seed, (label, sizes, kind) in enumerate(_gqa_cases(hidden))]
+    # (label, (B, n_heads, n_kv_heads, T_q, T_k, d_head), mask kind)
+    settings = [("grouped-query, 8 query heads sharing 2 kv heads", (2, 8, 2, 5, 5, 8), "causal"),
+                ("multi-query, 4 query heads sharing 1 kv head", (1, 4, 1, 3, 3, 4), "none")]
+    if hidden:
+        settings = [("multi-head, n_kv_heads = n_heads = 4", (2, 4, 4, 6, 6, 8), "causal"),
+                    ("T = 1, 6 query heads, 3 kv heads", (1, 6, 3, 1, 1, 4), "none"),
+                    ("one new query after 6 cached keys", (2, 6, 2, 1, 7, 8), "causal"),
+                    ("a padding mask (B, 1, 1, T)", (3, 4, 2, 5, 5, 8), "padding"),
+                    ("a mask that hides all but one key", (2, 6, 3, 4, 4, 4), "one_key")]
+    cases = [_gqa_case(seed, label, sizes, kind) for seed, (label, sizes, kind) in enumerate(settings)]
     run(GQA, learner_fn, cases, hidden)
 
 
@@ -475,16 +459,17 @@ def _layer_by_hand(ref: GroupedQueryAttention, x: Tensor, mask: Tensor | None, p
 
 def _layer_mistakes(ref: GroupedQueryAttention, x: Tensor, mask: Tensor) -> dict[str, Tensor]:
     """What the usual mistakes give on the whole sequence x (B, T, d_model)."""
+    wrong = functools.partial(_layer_by_hand, ref, x, mask, None, 0)
     mistakes = {
         "the layer with the values rotated too: RoPE turns queries and keys only (position enters through "
-        "their dot product; values carry content)": _layer_by_hand(ref, x, mask, None, 0, rotate="qkv"),
-        "the layer with only the queries rotated: rotate the keys too": _layer_by_hand(ref, x, mask, None, 0, rotate="q"),
-        "the layer with only the keys rotated: rotate the queries too": _layer_by_hand(ref, x, mask, None, 0, rotate="k"),
-        "the layer without RoPE: apply_rope to q and k": _layer_by_hand(ref, x, mask, None, 0, rotate=""),
+        "their dot product; values carry content)": wrong(rotate="qkv"),
+        "the layer with only the queries rotated: rotate the keys too": wrong(rotate="q"),
+        "the layer with only the keys rotated: rotate the queries too": wrong(rotate="k"),
+        "the layer without RoPE: apply_rope to q and k": wrong(rotate=""),
     }
     if ref.n_kv_heads not in (1, ref.n_heads):
         mistakes["the layer with the kv heads tiled as a whole stack (repeat instead of repeat_interleave)"] = (
-            _layer_by_hand(ref, x, mask, None, 0, tiled=True))
+            wrong(tiled=True))
     return mistakes
 
 
@@ -492,20 +477,14 @@ def _cached_mistakes(ref: GroupedQueryAttention, x: Tensor, prefix: int, whole: 
     """The mistakes on the positions after a cache of `prefix` positions: the same mistake made in both calls
     gives the whole sequence's wrong output; ignoring the offset goes wrong in the second call only."""
     mistakes = {text: out[:, prefix:] for text, out in whole.items()}
-    past_k, past_v = _reference_cache(ref, x[:, :prefix])
+    # What a right cache holds after the first `prefix` positions: (B, n_kv_heads, prefix, d_head), keys rotated.
+    past_k, past_v = (t.view(x.shape[0], prefix, ref.n_kv_heads, ref.d_head).transpose(1, 2)
+                      for t in (ref.w_k(x[:, :prefix]), ref.w_v(x[:, :prefix])))
     rest_mask = causal_mask(x.shape[1] - prefix, x.shape[1])
     mistakes["the new tokens rotated as if at positions 0, 1, ...: with a cache they sit at len(cache), "
              "len(cache) + 1, ... (read offset = len(cache) *before* appending, then apply_rope(q, offset))"] = (
-        _layer_by_hand(ref, x[:, prefix:], rest_mask, (past_k, past_v), prefix, use_offset=False))
+        _layer_by_hand(ref, x[:, prefix:], rest_mask, (apply_rope(past_k), past_v), prefix, use_offset=False))
     return mistakes
-
-
-def _reference_cache(ref: GroupedQueryAttention, x: Tensor) -> tuple[Tensor, Tensor]:
-    """The keys and values a right cache holds after seeing x: (B, n_kv_heads, T, d_head), keys rotated."""
-    batch, length, _ = x.shape
-    k = ref.w_k(x).view(batch, length, ref.n_kv_heads, ref.d_head).transpose(1, 2)  # (B, n_kv_heads, T, d_head)
-    v = ref.w_v(x).view(batch, length, ref.n_kv_heads, ref.d_head).transpose(1, 2)
-    return apply_rope(k), v
 
 
 def _expect_cache_of_kv_heads(actual: Any, cache: KVCache, call: str, length: int, n_kv: int) -> None:
@@ -519,26 +498,10 @@ def _expect_cache_of_kv_heads(actual: Any, cache: KVCache, call: str, length: in
                           "cache k and v *before* repeating them for the query heads, that is GQA's memory saving")
 
 
-def _cached_steps(ref: GroupedQueryAttention, call: str, x: Tensor, prefix: int, expected: Tensor,
-                  whole_mistakes: dict[str, Tensor]) -> list[Case]:
-    """The same sequence in two calls with one KVCache: the first `prefix` positions, then the rest,
-    which must give the whole sequence's output at those positions."""
-    length = x.shape[1]
-    cache = KVCache()
-    rest = f"{call} on positions {prefix}..{length - 1} after a KVCache of the first {prefix}"
-    return [
-        Case(f"{call} on the first {prefix} positions with an empty KVCache",
-             (x[:, :prefix], causal_mask(prefix), cache)),
-        Case(rest, (x[:, prefix:], causal_mask(length - prefix, length), cache), expected=expected[:, prefix:],
-             mistakes=_cached_mistakes(ref, x, prefix, whole_mistakes),
-             inspect=functools.partial(_expect_cache_of_kv_heads, cache=cache, call=call, length=length,
-                                       n_kv=ref.n_kv_heads)),
-    ]
-
-
 def _layer_case(seed: int, name: str, d_model: int, n_heads: int, n_kv: int, batch: int, length: int) -> Case:
-    """One layer, built once, then called on the whole sequence and (when it has two positions or more)
-    on the same sequence in two parts with a KVCache: each call a Case of its own."""
+    """One layer, built once, then called on the whole sequence and (when it has two positions or more) on the
+    same sequence in two calls with one KVCache, the first `prefix` positions, then the rest, which must give
+    the whole sequence's output at those positions: each call a Case of its own."""
     torch.manual_seed(60 + seed)
     reference = GroupedQueryAttention(d_model, n_heads, n_kv).eval()
     x = torch.randn(batch, length, d_model)
@@ -551,7 +514,13 @@ def _layer_case(seed: int, name: str, d_model: int, n_heads: int, n_kv: int, bat
         steps = [Case(f"{call} on x {tuple(x.shape)} with a causal mask", (x, mask), expected=expected,
                       mistakes=mistakes)]
         if prefix:
-            steps += _cached_steps(reference, call, x, prefix, expected, mistakes)
+            cache, rest = KVCache(), f"{call} on positions {prefix}..{length - 1} after a KVCache of the first {prefix}"
+            steps += [Case(f"{call} on the first {prefix} positions with an empty KVCache",
+                           (x[:, :prefix], causal_mask(prefix), cache)),
+                      Case(rest, (x[:, prefix:], causal_mask(length - prefix, length), cache),
+                           expected=expected[:, prefix:], mistakes=_cached_mistakes(reference, x, prefix, mistakes),
+                           inspect=functools.partial(_expect_cache_of_kv_heads, cache=cache, call=call,
+                                                     length=length, n_kv=n_kv))]
 
     def build_and_call(learner_cls: Any) -> None:
         module = build_module(call, learner_cls, d_model, n_heads, n_kv)
@@ -574,8 +543,7 @@ def check_gqa_attention(learner_cls: Any, hidden: bool = False) -> None:
         layers = [(24, 6, 6, 2, 5), (32, 4, 2, 3, 7), (16, 4, 2, 1, 2)]
     name = getattr(learner_cls, "__name__", "GroupedQueryAttention")
     cases = [_layer_case(seed, name, *sizes) for seed, sizes in enumerate(layers)]
-    # The runner formats only {n} in the ✔ line: the learner's class name is put in front here.
-    run(replace(GQA_LAYER, success=f"{name} {GQA_LAYER.success}"), learner_cls, cases, hidden,
+    run(GQA_LAYER, learner_cls, cases, hidden,
         then=_portable(learner_cls, name, (16, 4, 2), [torch.randn(2, 5, 16), causal_mask(5)]))
 
 

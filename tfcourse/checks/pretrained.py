@@ -138,17 +138,6 @@ def _expect_attention_weights(result: Any, d: int, expected: dict[str, Tensor],
         compare(actual, expected[key], f"{what}: {key}", mistakes[key], atol=0, rtol=0)
 
 
-def _conversion_case(seed: int, d: int) -> Case:
-    gen = seeded(40 + seed)
-    given = (torch.randn(d, 3 * d, generator=gen), torch.randn(3 * d, generator=gen),
-             torch.randn(d, d, generator=gen), torch.randn(d, generator=gen))
-    expected = {k: v.clone() for k, v in reference_convert(*given).items()}
-    what = f"convert_gpt2_attention with d_model={d}"
-    return Case(what, given, unchanged_what="convert_gpt2_attention",
-                inspect=functools.partial(_expect_attention_weights, d=d, expected=expected,
-                                          mistakes=_conversion_mistakes(*given, expected), what=what))
-
-
 @isolated
 def check_convert_gpt2_attention(learner_fn: Callable, hidden: bool = False) -> None:
     """convert_gpt2_attention(c_attn_weight (d, 3d), c_attn_bias (3d,), c_proj_weight (d, d), c_proj_bias (d,))
@@ -156,28 +145,22 @@ def check_convert_gpt2_attention(learner_fn: Callable, hidden: bool = False) -> 
     sizes = [4, 6]
     if hidden:
         sizes += [1, 12, 8]
-    run(CONVERT_ATTENTION, learner_fn, [_conversion_case(seed, d) for seed, d in enumerate(sizes)], hidden)
+    cases = []
+    for seed, d in enumerate(sizes):
+        gen = seeded(40 + seed)
+        given = (torch.randn(d, 3 * d, generator=gen), torch.randn(3 * d, generator=gen),
+                 torch.randn(d, d, generator=gen), torch.randn(d, generator=gen))
+        expected = {k: v.clone() for k, v in reference_convert(*given).items()}
+        what = f"convert_gpt2_attention with d_model={d}"
+        mistakes = _conversion_mistakes(*given, expected)
+        cases.append(Case(what, given, unchanged_what="convert_gpt2_attention", inspect=functools.partial(
+            _expect_attention_weights, d=d, expected=expected, mistakes=mistakes, what=what)))
+    run(CONVERT_ATTENTION, learner_fn, cases, hidden)
 
 
 # ----------------------------------------------------------------------------------------------
 # Exercise 3: BERT's masked-token batch
 # ----------------------------------------------------------------------------------------------
-
-
-def _mask_ids(gen: torch.Generator, batch: int, length: int, vocab: int, pad_id: int, cls_id: int,
-               mask_id: int) -> Tensor:
-    """Token ids with [CLS] first and padding at the end of most rows (padding is never chosen)."""
-    specials = {pad_id, cls_id, mask_id}
-    ordinary = torch.tensor([i for i in range(vocab) if i not in specials])
-    ids = ordinary[torch.randint(len(ordinary), (batch, length), generator=gen)]
-    ids[:, 0] = cls_id
-    lengths = torch.randint(max(1, length // 2), length + 1, (batch,), generator=gen)
-    positions = torch.arange(length)[None, :]
-    return torch.where(positions < lengths[:, None], ids, torch.full_like(ids, pad_id))
-
-
-def _percent(x: float) -> str:
-    return f"{100 * x:.0f} %"
 
 
 def _call_mask(learner_fn: Callable, ids: Tensor, kwargs: dict, seed: int, what: str) -> tuple[Tensor, Tensor]:
@@ -194,9 +177,10 @@ def _call_mask(learner_fn: Callable, ids: Tensor, kwargs: dict, seed: int, what:
     return result
 
 
-def _judge_rules(ids: Tensor, inputs: Tensor, labels: Tensor, special_ids: list[int], mask_id: int,
-                 what: str) -> None:
-    """What must hold at every position, whatever the random draws."""
+def _judge_masking(ids: Tensor, inputs: Tensor, labels: Tensor, special_ids: list[int], mask_id: int,
+                   mask_prob: float, what: str) -> None:
+    """What must hold at every position, whatever the random draws; then, over many thousand positions,
+    the proportions (tolerances of about five standard deviations)."""
     special = torch.isin(ids, torch.tensor(special_ids))
     chosen = labels != IGNORE_INDEX
     many = int((~special).sum()) >= 50  # enough ordinary tokens that none, or all, chosen is no accident
@@ -223,13 +207,8 @@ def _judge_rules(ids: Tensor, inputs: Tensor, labels: Tensor, special_ids: list[
         token = inputs[replaced & torch.isin(inputs, torch.tensor(special_ids))][0].item()
         raise CheckFailed(f"{what}: a random replacement drew the special token id {token}; draw the random "
                           "tokens from the ordinary ids only")
-
-
-def _judge_proportions(ids: Tensor, inputs: Tensor, labels: Tensor, special_ids: list[int], mask_id: int,
-                       mask_prob: float, what: str) -> None:
-    """The proportions, over many thousand positions. Tolerances are about five standard deviations."""
-    special = torch.isin(ids, torch.tensor(special_ids))
-    chosen = labels != IGNORE_INDEX
+    if ids.numel() < 4096:
+        return
     n_ordinary, n_chosen = int((~special).sum()), int(chosen.sum())
     rate = n_chosen / n_ordinary
     if abs(rate - mask_prob) > 5 * math.sqrt(mask_prob * (1 - mask_prob) / n_ordinary) + 0.005:
@@ -238,43 +217,33 @@ def _judge_proportions(ids: Tensor, inputs: Tensor, labels: Tensor, special_ids:
             hint = " — that is about 80 % of it: the random and the unchanged positions need labels too"
         elif abs(rate - mask_prob * n_ordinary / ids.numel()) < 0.02 and n_ordinary < ids.numel():
             hint = " — as if 15 % of *all* positions were drawn and the special ones then dropped from the count"
-        raise CheckFailed(f"{what}: {_percent(rate)} of the ordinary tokens were chosen, expected "
-                          f"{_percent(mask_prob)} (mask_prob){hint}")
+        raise CheckFailed(f"{what}: {100 * rate:.0f} % of the ordinary tokens were chosen, expected "
+                          f"{100 * mask_prob:.0f} % (mask_prob){hint}")
     masked = float((inputs[chosen] == mask_id).float().mean())
     kept = float((inputs[chosen] == ids[chosen]).float().mean())
     other = 1.0 - masked - kept
     spread = 5 * math.sqrt(0.25 / n_chosen)
     n_random_ids = len(set(inputs[chosen & (inputs != ids) & (inputs != mask_id)].tolist()))
     if abs(masked - 0.8) > spread or abs(kept - 0.1) > spread or abs(other - 0.1) > spread:
-        raise CheckFailed(f"{what}: of the chosen positions {_percent(masked)} became [MASK], {_percent(other)} a "
-                          f"random token and {_percent(kept)} kept their token; BERT's split is 80 % / 10 % / 10 %")
+        raise CheckFailed(f"{what}: of the chosen positions {100 * masked:.0f} % became [MASK], {100 * other:.0f} % a "
+                          f"random token and {100 * kept:.0f} % kept their token; BERT's split is 80 % / 10 % / 10 %")
     n_ordinary_ids = len(set(range(int(ids.max()) + 1)) - set(special_ids))
     if n_random_ids < min(10, n_ordinary_ids // 2):
         raise CheckFailed(f"{what}: the random replacements use only {n_random_ids} different ids; draw each one "
                           "uniformly from all ordinary ids")
 
 
-def _expect_seeded(learner_fn: Callable, ids: Tensor, kwargs: dict, seed: int, other_seed: int, what: str,
-                   inputs: Tensor, labels: Tensor) -> None:
-    """The same generator seed gives the same batch, whatever the global seed, and another seed another one."""
-    torch.manual_seed(2)
-    again = _call_mask(learner_fn, ids, kwargs, seed, what)
-    if not (torch.equal(again[0], inputs) and torch.equal(again[1], labels)):
-        raise CheckFailed(f"{what}: two calls with generators of the same seed gave different batches; "
-                          "draw every random number from `generator` (generator=generator), not from "
-                          "torch's global generator")
-    other = _call_mask(learner_fn, ids, kwargs, other_seed, what)
-    if torch.equal(other[1], labels):
-        raise CheckFailed(f"{what}: generators of different seeds chose the same positions; draw the "
-                          "random numbers from `generator`")
-
-
 def _mask_case(learner_fn: Callable, index: int, batch: int, length: int, vocab: int, pad_id: int, cls_id: int,
                mask_id: int, mask_prob: float | None) -> Case:
     """One batch to mask. Its rules are judged on every batch; the proportions and the seeding only on
-    batches of many thousand positions, where chance cannot decide the verdict."""
-    ids = _mask_ids(seeded(70 + index), batch, length, vocab, pad_id, cls_id, mask_id)
-    special_ids = [pad_id, cls_id, mask_id]
+    batches of many thousand positions."""
+    gen, special_ids = seeded(70 + index), [pad_id, cls_id, mask_id]
+    # Token ids with [CLS] first and padding at the end of most rows (padding is never chosen).
+    ordinary = torch.tensor([i for i in range(vocab) if i not in special_ids])
+    ids = ordinary[torch.randint(len(ordinary), (batch, length), generator=gen)]
+    ids[:, 0] = cls_id
+    lengths = torch.randint(max(1, length // 2), length + 1, (batch,), generator=gen)
+    ids = torch.where(torch.arange(length)[None, :] < lengths[:, None], ids, torch.full_like(ids, pad_id))
     kwargs = dict(mask_id=mask_id, vocab_size=vocab, special_ids=special_ids)
     if mask_prob is not None:
         kwargs["mask_prob"] = mask_prob
@@ -287,10 +256,17 @@ def _mask_case(learner_fn: Callable, index: int, batch: int, length: int, vocab:
 
     def judge(result: tuple[Tensor, Tensor]) -> None:
         inputs, labels = result
-        _judge_rules(ids, inputs, labels, special_ids, mask_id, what)
-        if ids.numel() >= 4096:
-            _judge_proportions(ids, inputs, labels, special_ids, mask_id, mask_prob or 0.15, what)
-            _expect_seeded(learner_fn, ids, kwargs, 100 + index, 999 + index, what, inputs, labels)
+        _judge_masking(ids, inputs, labels, special_ids, mask_id, mask_prob or 0.15, what)
+        if ids.numel() >= 4096:  # the seeding, where chance cannot decide the verdict either
+            torch.manual_seed(2)  # the same generator seed, another global seed: the same batch
+            again = _call_mask(learner_fn, ids, kwargs, 100 + index, what)
+            if not (torch.equal(again[0], inputs) and torch.equal(again[1], labels)):
+                raise CheckFailed(f"{what}: two calls with generators of the same seed gave different batches; "
+                                  "draw every random number from `generator` (generator=generator), not from "
+                                  "torch's global generator")
+            if torch.equal(_call_mask(learner_fn, ids, kwargs, 999 + index, what)[1], labels):  # another seed
+                raise CheckFailed(f"{what}: generators of different seeds chose the same positions; draw the "
+                                  "random numbers from `generator`")
 
     return Case(what, call=first_call, inspect=judge, unchanged=[ids], unchanged_what="mask_tokens")
 
@@ -329,14 +305,6 @@ def _loss_mistakes(logits: Tensor, labels: Tensor) -> dict[str, Tensor]:
     }
 
 
-def _expect_loss_with_gradient(actual: Any, expected: Tensor, mistakes: dict[str, Tensor], name: str) -> None:
-    """The loss's value first, then that autograd can take its gradient."""
-    compare(actual, expected, f"masked-LM loss for {name}", mistakes, atol=1e-5, rtol=1e-5)
-    if not actual.requires_grad:
-        raise CheckFailed(f"masked_lm_loss({name}): the loss does not depend on the logits for autograd "
-                          "(no .item(), .detach() or new tensors from numbers): training needs its gradient")
-
-
 @isolated
 def check_masked_lm_loss(learner_fn: Callable, hidden: bool = False) -> None:
     """masked_lm_loss(logits (B, T, V), labels (B, T)) = mean of -log p(label) over labels != -100."""
@@ -353,12 +321,16 @@ def check_masked_lm_loss(learner_fn: Callable, hidden: bool = False) -> None:
         labels = torch.where(chosen, labels, torch.full_like(labels, IGNORE_INDEX))
         name = f"logits {tuple(logits.shape)}" + (" x 1000 (large logits)" if scale > 1 else "") + \
                f", {int(chosen.sum())} chosen positions"
-        # The learner gets a leaf that needs grad: the loss's gradient is part of the answer.
+
+        # The learner gets a leaf that needs grad: the loss's gradient is part of the answer (after its value).
+        def needs_grad(loss: Tensor, name: str = name) -> None:
+            if not loss.requires_grad:
+                raise CheckFailed(f"masked_lm_loss({name}): the loss does not depend on the logits for autograd "
+                                  "(no .item(), .detach() or new tensors from numbers): training needs its gradient")
         cases.append(Case(f"masked_lm_loss({name})", (logits.clone().requires_grad_(True), labels),
-                          unchanged_what="masked_lm_loss",
-                          inspect=functools.partial(_expect_loss_with_gradient,
-                                                    expected=reference_masked_lm_loss(logits, labels),
-                                                    mistakes=_loss_mistakes(logits, labels), name=name)))
+                          expected=reference_masked_lm_loss(logits, labels), mistakes=_loss_mistakes(logits, labels),
+                          label=f"masked-LM loss for {name}", unchanged_what="masked_lm_loss", atol=1e-5, rtol=1e-5,
+                          after=needs_grad))
     run(MASKED_LM_LOSS, learner_fn, cases, hidden)
 
 

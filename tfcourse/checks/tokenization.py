@@ -11,7 +11,6 @@ equals one of them is told which.
 from __future__ import annotations
 
 import copy
-import functools
 import random
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -23,33 +22,28 @@ from .core import Case, CheckFailed, Exercise, OffLimitsError, call_learner, com
 
 EOT = "<|endoftext|>"
 
-CHAR_OFF_LIMITS = [
+CHAR_TOKENIZER = Exercise("character tokenizer", [
     "tfcourse.tokenizers.CharTokenizer",
     "tfcourse.tokenizers.CharTokenizer.encode",
     "tfcourse.tokenizers.CharTokenizer.decode",
-]
-CHAR_TOKENIZER = Exercise("character tokenizer", CHAR_OFF_LIMITS, "CharTokenizer matches the reference on {n} texts")
-COUNT_PAIRS_OFF_LIMITS = ["tfcourse.tokenizers.count_pairs", "tfcourse.tokenizers._PairStatistics"]
-COUNT_PAIRS = Exercise("count_pairs", COUNT_PAIRS_OFF_LIMITS, "count_pairs matches the reference on {n} inputs")
-MERGE_WORD_OFF_LIMITS = ["tfcourse.tokenizers.merge_word"]
-MERGE_WORD = Exercise("merge_word", MERGE_WORD_OFF_LIMITS, "merge_word matches the reference on {n} words")
-TRAIN_BPE_OFF_LIMITS = [
+], "CharTokenizer matches the reference on {n} texts")
+COUNT_PAIRS = Exercise("count_pairs", ["tfcourse.tokenizers.count_pairs", "tfcourse.tokenizers._PairStatistics"],
+                       "count_pairs matches the reference on {n} inputs")
+MERGE_WORD = Exercise("merge_word", ["tfcourse.tokenizers.merge_word"], "merge_word matches the reference on {n} words")
+TRAIN_BPE = Exercise("train_bpe", [
     "tfcourse.tokenizers.train_bpe",
     "tfcourse.tokenizers._PairStatistics",
     "tfcourse.tokenizers._build_vocab",
     "tfcourse.tokenizers.BPETokenizer",
-]
-TRAIN_BPE = Exercise("train_bpe", TRAIN_BPE_OFF_LIMITS,
-                     "train_bpe learns the same merges and vocabulary as the reference on {n} texts")
-ENCODE_OFF_LIMITS = [
+], "train_bpe learns the same merges and vocabulary as the reference on {n} texts")
+BPE_ENCODE = Exercise("bpe_encode", [
     "tfcourse.tokenizers.BPETokenizer",
     "tfcourse.tokenizers.BPETokenizer.encode",
     "tfcourse.tokenizers.BPETokenizer.encode_iterable",
     "tfcourse.tokenizers.BPETokenizer._encode_pretoken",
-]
-BPE_ENCODE = Exercise("bpe_encode", ENCODE_OFF_LIMITS, "bpe_encode matches BPETokenizer.encode on {n} texts")
-DECODE_OFF_LIMITS = ["tfcourse.tokenizers.BPETokenizer", "tfcourse.tokenizers.BPETokenizer.decode"]
-BPE_DECODE = Exercise("bpe_decode", DECODE_OFF_LIMITS, "bpe_decode matches BPETokenizer.decode on {n} id sequences")
+], "bpe_encode matches BPETokenizer.encode on {n} texts")
+BPE_DECODE = Exercise("bpe_decode", ["tfcourse.tokenizers.BPETokenizer", "tfcourse.tokenizers.BPETokenizer.decode"],
+                      "bpe_decode matches BPETokenizer.decode on {n} id sequences")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -62,24 +56,19 @@ def _short(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _named_mistake(actual: Any, expected: Any, mistakes: Mapping[str, Any]) -> str | None:
-    """The first usual mistake whose output `actual` equals (one that gives the right answer here names nothing)."""
-    return next((description for description, wrong in mistakes.items() if wrong != expected and actual == wrong),
-                None)
-
-
-def _expect_equal(actual: Any, expected: Any, what: str, mistakes: Mapping[str, Any] | None = None) -> None:
-    """Fail with one line unless actual == expected; name the first mistake whose output it equals."""
+def _expect_equal(actual: Any, expected: Any, what: str, mistakes: Mapping[str, Any] | None = None,
+                  explain: Callable[[], str] | None = None) -> None:
+    """Fail with one line unless actual == expected: name the first mistake whose output it equals (one
+    that gives the right answer here names nothing), else say `explain()` or what was expected."""
     if actual == expected:
         return
-    mistake = _named_mistake(actual, expected, mistakes or {})
-    if mistake is not None:
-        raise CheckFailed(f"{what}: your output equals {mistake}")
-    raise CheckFailed(f"{what}: expected {_short(expected)}, got {_short(actual)}")
+    for description, wrong in (mistakes or {}).items():
+        if wrong != expected and actual == wrong:
+            raise CheckFailed(f"{what}: your output equals {description}")
+    raise CheckFailed(explain() if explain else f"{what}: expected {_short(expected)}, got {_short(actual)}")
 
 
-def _equal_to(expected: Any, what: str, mistakes: Mapping[str, Any] | None = None, *,
-              as_value: Callable[[Any, str], Any] | None = None,
+def _equal_to(expected: Any, what: str, as_value: Callable[[Any, str], Any], mistakes: Mapping[str, Any] | None = None,
               untouched: Mapping[str, Any] | None = None) -> Callable[[Any], None]:
     """A case's `inspect` for an output that is a Python value: the inputs in `untouched` (name ->
     input) still as they are now, the output made a plain value by `as_value(output, what)` (which
@@ -91,7 +80,7 @@ def _equal_to(expected: Any, what: str, mistakes: Mapping[str, Any] | None = Non
         for name, value in untouched.items():
             if before[name] != value:
                 raise CheckFailed(f"{what}: your code modified its input `{name}`; work on a copy instead")
-        _expect_equal(as_value(actual, what) if as_value is not None else actual, expected, what, mistakes)
+        _expect_equal(as_value(actual, what), expected, what, mistakes)
 
     return inspect
 
@@ -132,26 +121,12 @@ def _generated_text(seed: int, n_words: int = 300) -> str:
 # ----------------------------------------------------------------------------------------------
 
 
-def _char_texts(hidden: bool) -> list[tuple[str, str]]:
-    texts = [  # (training text, text to encode)
-        ("The cat sits on the mat", "The cat sits on the mat"),
-        ("今天天气真好", "今天天气真好"),
-        ("baca", "cab"),
-    ]
-    if hidden:
-        texts += [
-            ("x", "xxx"),  # a vocabulary of one character
-            ("x", ""),  # nothing to encode
-            ("Hello, world!\n\tbye 🙂", "bye, world 🙂\n"),
-            ("猫追狗，狗追猫。", "狗追猫"),
-        ]
-    return texts
-
-
-def _char_mistakes(train: str, text: str, expected_ids: list[int]) -> dict[str, list[int]]:
+def _char_case(train: str, text: str) -> Case:
+    reference = CharTokenizer.from_text(train)
+    expected_ids, vocab_size = reference.encode(text), reference.vocab_size
     first_seen = list(dict.fromkeys(train))
     with_repeats = {ch: i for i, ch in enumerate(sorted(train))}  # keeps the last index of a repeat
-    return {
+    mistakes = {
         "the ids in the order the characters first appear in the text; sort the distinct characters "
         "(sorted(set(text))) so the same characters always get the same ids": [first_seen.index(c) for c in text],
         "the ids counted from 1; an id is a position in the sorted vocabulary, starting at 0":
@@ -159,12 +134,6 @@ def _char_mistakes(train: str, text: str, expected_ids: list[int]) -> dict[str, 
         "the ids of sorted(text), which keeps repeated characters; the vocabulary is "
         "sorted(set(text)), each character once": [with_repeats[c] for c in text],
     }
-
-
-def _char_case(train: str, text: str) -> Case:
-    reference = CharTokenizer.from_text(train)
-    expected_ids, vocab_size = reference.encode(text), reference.vocab_size
-    mistakes = _char_mistakes(train, text, expected_ids)
     built = f"CharTokenizer({_short(train, 30)})"
     what = f"{built}.encode({_short(text, 30)})"
 
@@ -204,9 +173,20 @@ def _expect_unknown_character_refused(learner_cls: Any) -> None:
 @isolated
 def check_char_tokenizer(learner_cls, hidden: bool = False) -> None:
     """CharTokenizer(text): ids are positions in sorted(set(text)); encode -> list[int], decode -> str."""
-    cases = [_char_case(train, text) for train, text in _char_texts(hidden)]
-    run(CHAR_TOKENIZER, learner_cls, cases, hidden,
-        then=functools.partial(_expect_unknown_character_refused, learner_cls))
+    texts = [  # (training text, text to encode)
+        ("The cat sits on the mat", "The cat sits on the mat"),
+        ("今天天气真好", "今天天气真好"),
+        ("baca", "cab"),
+    ]
+    if hidden:
+        texts += [
+            ("x", "xxx"),  # a vocabulary of one character
+            ("x", ""),  # nothing to encode
+            ("Hello, world!\n\tbye 🙂", "bye, world 🙂\n"),
+            ("猫追狗，狗追猫。", "狗追猫"),
+        ]
+    run(CHAR_TOKENIZER, learner_cls, [_char_case(train, text) for train, text in texts], hidden,
+        then=lambda: _expect_unknown_character_refused(learner_cls))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -248,22 +228,6 @@ def _pairs_without_last(word_freqs):
     return dict(counts)
 
 
-def _pair_count_cases(hidden: bool) -> list[dict]:
-    cases = [
-        {(b"l", b"o", b"w"): 5, (b"l", b"o", b"w", b"e", b"r"): 2, (b"a", b"a", b"a", b"a"): 1},
-        count_pretokens("The cat sits on the mat"),
-        {(b"x",): 3},  # one token: no pair at all
-        {},
-    ]
-    if hidden:
-        cases += [
-            count_pretokens("今天天气真好"),  # 3 bytes per character
-            {(b"th", b"e"): 3, (b" ", b"th", b"e"): 4, (b"aa", b"aa", b"aa"): 2, (b"e", b"th"): 1},
-            count_pretokens(_generated_text(0, 200), [EOT]),
-        ]
-    return cases
-
-
 def _pair_counts(actual: Any, what: str) -> dict:
     """The learner's counts as a plain dict, once its keys are pairs of bytes and its counts ints."""
     if not isinstance(actual, Mapping):
@@ -289,16 +253,26 @@ def _count_pairs_case(word_freqs: dict) -> Case:
             _pairs_without_last(word_freqs),
     }
     what = f"count_pairs({_short(word_freqs, 50)})"
-    expected = dict(count_pairs(word_freqs))
-    return Case(what, (word_freqs,), inspect=_equal_to(expected, what, mistakes, as_value=_pair_counts,
+    return Case(what, (word_freqs,), inspect=_equal_to(dict(count_pairs(word_freqs)), what, _pair_counts, mistakes,
                                                        untouched={"word_freqs": word_freqs}))
 
 
 @isolated
 def check_count_pairs(learner_fn, hidden: bool = False) -> None:
     """count_pairs(word_freqs) -> {(left, right): total count}, each word weighted by its frequency."""
-    cases = [_count_pairs_case(word_freqs) for word_freqs in _pair_count_cases(hidden)]
-    run(COUNT_PAIRS, learner_fn, cases, hidden)
+    inputs = [
+        {(b"l", b"o", b"w"): 5, (b"l", b"o", b"w", b"e", b"r"): 2, (b"a", b"a", b"a", b"a"): 1},
+        count_pretokens("The cat sits on the mat"),
+        {(b"x",): 3},  # one token: no pair at all
+        {},
+    ]
+    if hidden:
+        inputs += [
+            count_pretokens("今天天气真好"),  # 3 bytes per character
+            {(b"th", b"e"): 3, (b" ", b"th", b"e"): 4, (b"aa", b"aa", b"aa"): 2, (b"e", b"th"): 1},
+            count_pretokens(_generated_text(0, 200), [EOT]),
+        ]
+    run(COUNT_PAIRS, learner_fn, [_count_pairs_case(word_freqs) for word_freqs in inputs], hidden)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -336,27 +310,6 @@ def _merge_first_only(word, pair):
     return word
 
 
-def _merge_cases(hidden: bool) -> list[tuple[tuple, tuple]]:
-    a, b = b"a", b"b"
-    cases = [
-        ((b"l", b"o", b"w"), (b"l", b"o")),
-        ((a, a, a), (a, a)),
-        ((a, b, a, b), (a, b)),
-        ((b"x",), (a, b)),
-        ((b"c", b"a", b"t"), (b"a", b"x")),  # the pair does not occur
-        ((b"th", b"e", b" ", b"th", b"e", b"n"), (b"th", b"e")),  # tokens of several bytes
-    ]
-    if hidden:
-        cases += [((a,) * 4, (a, a)), ((a,) * 5, (a, a)), ((), (a, b)), ((b, a), (a, b))]
-        chinese = tuple(bytes([x]) for x in "天天".encode())  # e5 a4 a9 e5 a4 a9
-        cases.append((chinese, (b"\xe5", b"\xa4")))
-        rng = random.Random(1)
-        for _ in range(20):
-            word = tuple(rng.choice([a, b]) for _ in range(rng.randint(2, 9)))
-            cases.append((word, rng.choice([(a, b), (b, a), (a, a), (b, b)])))
-    return cases
-
-
 def _merged_word(actual: Any, what: str) -> tuple:
     """The learner's merged word, once it is known to be a tuple of bytes tokens."""
     if isinstance(actual, list):
@@ -379,15 +332,30 @@ def _merge_word_case(word: tuple, pair: tuple) -> Case:
         "a merge of only the *first* occurrence; merge every occurrence": _merge_first_only(word, pair),
     }
     what = f"merge_word({word}, {pair})"
-    expected = merge_word(word, pair)
-    return Case(what, (word, pair), inspect=_equal_to(expected, what, mistakes, as_value=_merged_word))
+    return Case(what, (word, pair), inspect=_equal_to(merge_word(word, pair), what, _merged_word, mistakes))
 
 
 @isolated
 def check_merge_word(learner_fn, hidden: bool = False) -> None:
     """merge_word(word, pair): every occurrence of pair, left to right, without overlaps."""
-    cases = [_merge_word_case(word, pair) for word, pair in _merge_cases(hidden)]
-    run(MERGE_WORD, learner_fn, cases, hidden)
+    a, b = b"a", b"b"
+    words = [  # (word, pair)
+        ((b"l", b"o", b"w"), (b"l", b"o")),
+        ((a, a, a), (a, a)),
+        ((a, b, a, b), (a, b)),
+        ((b"x",), (a, b)),
+        ((b"c", b"a", b"t"), (b"a", b"x")),  # the pair does not occur
+        ((b"th", b"e", b" ", b"th", b"e", b"n"), (b"th", b"e")),  # tokens of several bytes
+    ]
+    if hidden:
+        words += [((a,) * 4, (a, a)), ((a,) * 5, (a, a)), ((), (a, b)), ((b, a), (a, b))]
+        chinese = tuple(bytes([x]) for x in "天天".encode())  # e5 a4 a9 e5 a4 a9
+        words.append((chinese, (b"\xe5", b"\xa4")))
+        rng = random.Random(1)
+        for _ in range(20):
+            word = tuple(rng.choice([a, b]) for _ in range(rng.randint(2, 9)))
+            words.append((word, rng.choice([(a, b), (b, a), (a, a), (b, b)])))
+    run(MERGE_WORD, learner_fn, [_merge_word_case(word, pair) for word, pair in words], hidden)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -416,66 +384,16 @@ def _variant_train_bpe(text, vocab_size, special_tokens, *, tie="greatest", spec
     return merges
 
 
-def _train_cases(hidden: bool) -> list[tuple[str, int, list[str]]]:
-    cases = [
-        # Small ties first: on them the usual wrong tie-breaks give different merges, so they can be named.
-        ("ab ac", 257, []),  # (a, b), (" ", a), (a, c) tie: the same first token, the second decides
-        ("est", 257, []),  # (e, s) and (s, t) tie: the greater pair, (s, t)
-        (CLASSIC, 256 + 10, []),  # the lesson's worked example
-        ("<s>".join(["abc", "abc", "az", "az", "ab"]), 256 + 3 + 1, ["<s>"]),  # tuples, not joined bytes
-        (("hi" + EOT) * 20, 300, [EOT]),  # the special token is never merged; training stops early
-        ("ab ab cd", 10_000, [EOT]),  # stops when every pre-token is one token
-        (CLASSIC, 256 + 6 + 2, [EOT, "<pad>"]),  # two specials: 6 merges, not 8
-    ]
-    if hidden:
-        cases += [
-            ("今天天气真好，今天天气很好。" * 3, 280, []),
-            ("aaaaaa aaaa aaa", 262, []),  # overlapping pairs
-            ("", 258, [EOT, "<pad>"]),  # nothing to learn
-            (_generated_text(1, 150).replace("\n", EOT), 320, [EOT]),
-        ]
-    return cases
-
-
-def _first_difference(actual: list, expected: list) -> int:
-    for k, (a, e) in enumerate(zip(actual, expected)):
-        if a != e:
-            return k
-    return min(len(actual), len(expected))
-
-
-def _train_mistakes(text: str, vocab_size: int, specials: list[str]) -> dict[str, list]:
-    return {
-        "the merges with ties broken by comparing the joined bytes left + right; compare the pairs as "
-        "tuples: (b'ab', b'c') > (b'a', b'z') because b'ab' > b'a'":
-            _variant_train_bpe(text, vocab_size, specials, tie="joined"),
-        "the merges with ties broken toward the *smallest* pair; among equally frequent pairs the "
-        "lexicographically greatest wins: max over (count, pair)":
-            _variant_train_bpe(text, vocab_size, specials, tie="smallest"),
-        "the merges with ties broken by whichever pair was counted first; among equally frequent pairs "
-        "the lexicographically greatest wins": _variant_train_bpe(text, vocab_size, specials, tie="first"),
-        "the merges learned with the special tokens treated as text; pass special_tokens to "
-        "count_pretokens so they are cut out first and never merged":
-            _variant_train_bpe(text, vocab_size, specials, specials_as_text=True),
-        "the merges of a run that left no ids for the special tokens (too many merges): "
-        "256 bytes + merges + special tokens = vocab_size":
-            _variant_train_bpe(text, vocab_size, specials, count_specials=False),
-    }
-
-
-def _pair_counts_before_each_merge(text: str, special_tokens: list[str], merges: list) -> list[Counter]:
-    """The pair counts each right merge is chosen from (#k: after the first k merges), to say why a
-    learner's merge #k differs."""
-    words = count_pretokens(text, special_tokens)
-    counts = []
-    for pair in merges:
-        counts.append(count_pairs(words))
-        words = {merge_word(word, pair): freq for word, freq in words.items()}
-    return counts
-
-
-def _diagnose_merge(counts: Counter, right: tuple, wrong: Any, k: int, what: str) -> str:
-    """Why merge #k is `wrong`, not `right`, from the pair counts it should have been chosen from."""
+def _why_merges_differ(merges: list, expected: list, counts_before: list[Counter], what: str) -> str:
+    """Why the learner's merges are not the expected ones: too many, too few, or why the first wrong
+    one, merge #k, is wrong, from the pair counts it should have been chosen from."""
+    k = next((k for k, (a, e) in enumerate(zip(merges, expected)) if a != e), min(len(merges), len(expected)))
+    if k == len(expected):
+        return (f"{what}: expected {len(expected)} merges, got {len(merges)}; 256 bytes + merges + special tokens "
+                f"= vocab_size, and training stops when no pair is left")
+    if k == len(merges):
+        return f"{what}: expected {len(expected)} merges, got only {len(merges)} (the first {k} are right)"
+    counts, right, wrong = counts_before[k], expected[k], merges[k]
     if not (isinstance(wrong, tuple) and len(wrong) == 2 and all(isinstance(t, bytes) for t in wrong)):
         return f"{what}: merge #{k} must be a pair (left, right) of bytes tokens, got {_short(wrong)}"
     if wrong not in counts:
@@ -485,25 +403,6 @@ def _diagnose_merge(counts: Counter, right: tuple, wrong: Any, k: int, what: str
         return (f"{what}: merge #{k}: {right} and {wrong} are tied at {counts[right]}; ties go to the "
                 f"lexicographically greatest pair (this course's tie-break), {right}")
     return f"{what}: merge #{k} is {wrong} (count {counts[wrong]}), but {right} occurs {counts[right]} times"
-
-
-def _expect_merges(merges: Any, expected: list, mistakes: Mapping[str, list], counts_before: list[Counter],
-                   what: str) -> None:
-    if not isinstance(merges, list):
-        raise CheckFailed(f"{what}: merges must be a list of pairs, got {type(merges).__name__}")
-    if merges == expected:
-        return
-    mistake = _named_mistake(merges, expected, mistakes)
-    if mistake is not None:
-        raise CheckFailed(f"{what}: your output equals {mistake}")
-    k = _first_difference(merges, expected)
-    if k == len(expected):
-        raise CheckFailed(f"{what}: expected {len(expected)} merges, got {len(merges)}; 256 bytes + "
-                          f"merges + special tokens = vocab_size, and training stops when no pair is left")
-    if k == len(merges):
-        raise CheckFailed(f"{what}: expected {len(expected)} merges, got only {len(merges)} (the first "
-                          f"{k} are right)")
-    raise CheckFailed(_diagnose_merge(counts_before[k], expected[k], merges[k], k, what))
 
 
 def _expect_vocab(vocab: Any, expected_vocab: dict[int, bytes], n_merges: int, what: str) -> None:
@@ -525,8 +424,26 @@ def _expect_vocab(vocab: Any, expected_vocab: dict[int, bytes], n_merges: int, w
 
 def _train_case(text: str, vocab_size: int, specials: list[str]) -> Case:
     expected_vocab, expected = train_bpe(text, vocab_size, specials)
-    mistakes = _train_mistakes(text, vocab_size, specials)
-    counts_before = _pair_counts_before_each_merge(text, specials, expected)
+    mistakes = {
+        "the merges with ties broken by comparing the joined bytes left + right; compare the pairs as "
+        "tuples: (b'ab', b'c') > (b'a', b'z') because b'ab' > b'a'":
+            _variant_train_bpe(text, vocab_size, specials, tie="joined"),
+        "the merges with ties broken toward the *smallest* pair; among equally frequent pairs the "
+        "lexicographically greatest wins: max over (count, pair)":
+            _variant_train_bpe(text, vocab_size, specials, tie="smallest"),
+        "the merges with ties broken by whichever pair was counted first; among equally frequent pairs "
+        "the lexicographically greatest wins": _variant_train_bpe(text, vocab_size, specials, tie="first"),
+        "the merges learned with the special tokens treated as text; pass special_tokens to "
+        "count_pretokens so they are cut out first and never merged":
+            _variant_train_bpe(text, vocab_size, specials, specials_as_text=True),
+        "the merges of a run that left no ids for the special tokens (too many merges): "
+        "256 bytes + merges + special tokens = vocab_size":
+            _variant_train_bpe(text, vocab_size, specials, count_specials=False),
+    }
+    words, counts_before = count_pretokens(text, specials), []  # the pair counts each right merge is chosen from
+    for pair in expected:
+        counts_before.append(count_pairs(words))
+        words = {merge_word(word, pair): freq for word, freq in words.items()}
     what = f"train_bpe({_short(text, 40)}, {vocab_size}, {specials})"
 
     def train(learner_fn: Any) -> Any:
@@ -544,7 +461,10 @@ def _train_case(text: str, vocab_size: int, specials: list[str]) -> Case:
         if not (isinstance(result, tuple) and len(result) == 2):
             raise CheckFailed(f"{what}: return a tuple (vocab, merges), got {type(result).__name__}")
         vocab, merges = result
-        _expect_merges(merges, expected, mistakes, counts_before, what)
+        if not isinstance(merges, list):
+            raise CheckFailed(f"{what}: merges must be a list of pairs, got {type(merges).__name__}")
+        _expect_equal(merges, expected, what, mistakes,
+                      explain=lambda: _why_merges_differ(merges, expected, counts_before, what))
         _expect_vocab(vocab, expected_vocab, len(expected), what)
 
     return Case(what, call=train, inspect=inspect)
@@ -555,8 +475,24 @@ def _train_case(text: str, vocab_size: int, specials: list[str]) -> Case:
 @isolated
 def check_train_bpe(learner_fn, hidden: bool = False) -> None:
     """train_bpe(text, vocab_size, special_tokens) -> (vocab, merges), equal to the package's."""
-    cases = [_train_case(text, vocab_size, specials) for text, vocab_size, specials in _train_cases(hidden)]
-    run(TRAIN_BPE, learner_fn, cases, hidden)
+    trainings = [  # (text, vocab_size, special_tokens)
+        # Small ties first: on them the usual wrong tie-breaks give different merges, so they can be named.
+        ("ab ac", 257, []),  # (a, b), (" ", a), (a, c) tie: the same first token, the second decides
+        ("est", 257, []),  # (e, s) and (s, t) tie: the greater pair, (s, t)
+        (CLASSIC, 256 + 10, []),  # the lesson's worked example
+        ("<s>".join(["abc", "abc", "az", "az", "ab"]), 256 + 3 + 1, ["<s>"]),  # tuples, not joined bytes
+        (("hi" + EOT) * 20, 300, [EOT]),  # the special token is never merged; training stops early
+        ("ab ab cd", 10_000, [EOT]),  # stops when every pre-token is one token
+        (CLASSIC, 256 + 6 + 2, [EOT, "<pad>"]),  # two specials: 6 merges, not 8
+    ]
+    if hidden:
+        trainings += [
+            ("今天天气真好，今天天气很好。" * 3, 280, []),
+            ("aaaaaa aaaa aaa", 262, []),  # overlapping pairs
+            ("", 258, [EOT, "<pad>"]),  # nothing to learn
+            (_generated_text(1, 150).replace("\n", EOT), 320, [EOT]),
+        ]
+    run(TRAIN_BPE, learner_fn, [_train_case(*training) for training in trainings], hidden)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -576,7 +512,8 @@ def _encoding_tokenizer() -> BPETokenizer:
 
 
 def _encode_with(text, vocab, merges, specials, *, order="earliest", pretokenized=True, cut_specials=True):
-    """Encode with one knob per usual mistake; the defaults give the right ids."""
+    """Encode with one knob per usual mistake (order: "earliest", "latest" or "leftmost" merge first);
+    the defaults give the right ids."""
     rank = {pair: r for r, pair in enumerate(merges)}
     id_of = {token: i for i, token in vocab.items()}
     ids = []
@@ -586,28 +523,11 @@ def _encode_with(text, vocab, merges, specials, *, order="earliest", pretokenize
             continue
         for pretoken in pretokenize(piece) if pretokenized else [piece]:
             word = tuple(bytes([b]) for b in pretoken.encode())
-            while len(word) > 1:
-                known = [p for p in zip(word, word[1:]) if p in rank]
-                if not known:
-                    break
-                if order == "earliest":
-                    pair = min(known, key=rank.__getitem__)
-                elif order == "latest":
-                    pair = max(known, key=rank.__getitem__)
-                else:  # the leftmost pair that has a merge
-                    pair = known[0]
-                word = merge_word(word, pair)
+            while known := [p for p in zip(word, word[1:]) if p in rank]:
+                choose = {"earliest": min, "latest": max}.get(order)
+                word = merge_word(word, choose(known, key=rank.__getitem__) if choose else known[0])
             ids += [id_of[token] for token in word]
     return ids
-
-
-def _encode_texts(hidden: bool) -> list[str]:
-    # The order matters for naming mistakes: on the second text the two wrong merge orders differ.
-    texts = ["The cat sits on the mat", "The cat sits on the mat.  今天天气真好", "今天天气真好",
-             f"The cat sits.{EOT}The mat{EOT}"]
-    if hidden:
-        texts += ["", "x", f"{EOT}{EOT}", "🙂 ok, then?  \n\n", _generated_text(5, 60), "今天 the weather is 真好"]
-    return texts
 
 
 def _encode_case(text: str, tokenizer: BPETokenizer, specials: list[str]) -> Case:
@@ -625,10 +545,9 @@ def _encode_case(text: str, tokenizer: BPETokenizer, specials: list[str]) -> Cas
             _encode_with(text, vocab, merges, specials, cut_specials=False),
     }
     what = f"bpe_encode({_short(text, 40)}, ...)"
-    expected = tokenizer.encode(text)
     inputs = {"vocab, merges or special_tokens": (vocab, merges, specials)}  # one message names all three
     return Case(what, (text, vocab, merges, specials),
-                inspect=_equal_to(expected, what, mistakes, as_value=_id_list, untouched=inputs))
+                inspect=_equal_to(tokenizer.encode(text), what, _id_list, mistakes, untouched=inputs))
 
 
 # Judged with the reference merge_word in place of the learner's (exercise 3).
@@ -636,30 +555,13 @@ def _encode_case(text: str, tokenizer: BPETokenizer, specials: list[str]) -> Cas
 @isolated
 def check_bpe_encode(learner_fn, hidden: bool = False) -> None:
     """bpe_encode(text, vocab, merges, special_tokens) -> ids, equal to BPETokenizer.encode."""
-    tokenizer, specials = _encoding_tokenizer(), [EOT]
-    cases = [_encode_case(text, tokenizer, specials) for text in _encode_texts(hidden)]
-    run(BPE_ENCODE, learner_fn, cases, hidden)
-
-
-def _decode_cases(tokenizer: BPETokenizer, hidden: bool) -> list[list[int]]:
-    cases = [
-        tokenizer.encode("The cat sits on the mat"),
-        tokenizer.encode("今天天气真好"),
-        list("今".encode()),  # one character as its 3 single-byte tokens: split across tokens
-        ["🙂".encode()[0]],  # the first of the 4 bytes of 🙂 alone: not valid UTF-8
-    ]
+    # The order matters for naming mistakes: on the second text the two wrong merge orders differ.
+    texts = ["The cat sits on the mat", "The cat sits on the mat.  今天天气真好", "今天天气真好",
+             f"The cat sits.{EOT}The mat{EOT}"]
     if hidden:
-        cases += [
-            [],
-            tokenizer.encode(f"The cat{EOT}今天"),
-            tokenizer.encode("猫追狗 🙂 ok"),
-            list("气".encode())[:2] + tokenizer.encode(" ok"),  # a character cut short, then text
-        ]
-    return cases
-
-
-def _decode_each_token(ids, vocab) -> str:
-    return "".join(vocab[i].decode("utf-8", errors="replace") for i in ids)
+        texts += ["", "x", f"{EOT}{EOT}", "🙂 ok, then?  \n\n", _generated_text(5, 60), "今天 the weather is 真好"]
+    tokenizer = _encoding_tokenizer()
+    run(BPE_ENCODE, learner_fn, [_encode_case(text, tokenizer, [EOT]) for text in texts], hidden)
 
 
 SPLIT_CHARACTERS = ("the bytes of one character can be split across tokens (今 is 3 bytes), so join all the bytes "
@@ -686,18 +588,30 @@ def _decode_case(ids: list[int], tokenizer: BPETokenizer) -> Case:
                 raise CheckFailed(f"{what}: {on_decode_error}") from None
             raise
 
-    expected = tokenizer.decode(ids)
-    per_token = {f"the text decoded token by token; {SPLIT_CHARACTERS}": _decode_each_token(ids, vocab)}
+    per_token = {f"the text decoded token by token; {SPLIT_CHARACTERS}":
+                 "".join(vocab[i].decode("utf-8", errors="replace") for i in ids)}
     return Case(what, call=decode,
-                inspect=_equal_to(expected, what, per_token, as_value=_text, untouched={"vocab": vocab}))
+                inspect=_equal_to(tokenizer.decode(ids), what, _text, per_token, untouched={"vocab": vocab}))
 
 
 @isolated
 def check_bpe_decode(learner_fn, hidden: bool = False) -> None:
     """bpe_decode(ids, vocab) -> str: join all the tokens' bytes, then decode UTF-8 with errors='replace'."""
     tokenizer = _encoding_tokenizer()
-    cases = [_decode_case(ids, tokenizer) for ids in _decode_cases(tokenizer, hidden)]
-    run(BPE_DECODE, learner_fn, cases, hidden)
+    id_sequences = [
+        tokenizer.encode("The cat sits on the mat"),
+        tokenizer.encode("今天天气真好"),
+        list("今".encode()),  # one character as its 3 single-byte tokens: split across tokens
+        ["🙂".encode()[0]],  # the first of the 4 bytes of 🙂 alone: not valid UTF-8
+    ]
+    if hidden:
+        id_sequences += [
+            [],
+            tokenizer.encode(f"The cat{EOT}今天"),
+            tokenizer.encode("猫追狗 🙂 ok"),
+            list("气".encode())[:2] + tokenizer.encode(" ok"),  # a character cut short, then text
+        ]
+    run(BPE_DECODE, learner_fn, [_decode_case(ids, tokenizer) for ids in id_sequences], hidden)
 
 
 __all__ = [

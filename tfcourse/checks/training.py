@@ -16,7 +16,6 @@ import copy
 import functools
 import math
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any, NamedTuple
 
 import torch
@@ -112,25 +111,6 @@ def _batch_mistakes(data: Tensor, batch_size: int, context_len: int, seed: int) 
     return mistakes
 
 
-def _expect_pair(result: Any, what: str) -> tuple[Any, Any]:
-    if not isinstance(result, tuple) or len(result) != 2:
-        got = f"a tuple of {len(result)}" if isinstance(result, tuple) else type(result).__name__
-        raise CheckFailed(f"{what}: expected a tuple (x, y), got {got}")
-    return result
-
-
-def _compare_batch(what: str, x: Any, y: Any, expected: tuple[Tensor, Tensor],
-                   mistakes: dict[str, tuple[Tensor, Tensor]]) -> None:
-    if isinstance(x, Tensor) and isinstance(y, Tensor) and x.shape == y.shape == expected[0].shape:
-        actual = torch.stack([x, y]).long()  # (2, B, T)
-        if not torch.equal(actual, torch.stack(expected)):
-            for description, (mx, my) in mistakes.items():
-                if torch.equal(actual, torch.stack([mx, my]).long()):
-                    raise CheckFailed(f"{what}: your batch equals {description}")
-    compare(x, expected[0], f"{what}: x", atol=0, rtol=0)
-    compare(y, expected[1], f"{what}: y", atol=0, rtol=0)
-
-
 def _batch_case(learner_fn: Callable, n: int, batch_size: int, context_len: int, vocab: int, seed: int,
                 repeat: bool) -> Case:
     """One batch to draw, its reference and usual mistakes computed first. `repeat`: draw it once more after
@@ -142,7 +122,11 @@ def _batch_case(learner_fn: Callable, n: int, batch_size: int, context_len: int,
 
     def draw(learner: Callable, global_seed: int) -> tuple[Any, Any]:
         torch.manual_seed(global_seed)  # the global stream: a learner who ignores `generator` draws from it
-        return _expect_pair(call_learner(what, learner, data, batch_size, context_len, seeded(seed)), what)
+        result = call_learner(what, learner, data, batch_size, context_len, seeded(seed))
+        if not isinstance(result, tuple) or len(result) != 2:
+            got = f"a tuple of {len(result)}" if isinstance(result, tuple) else type(result).__name__
+            raise CheckFailed(f"{what}: expected a tuple (x, y), got {got}")
+        return result
 
     def first_draw(learner: Callable) -> tuple[Any, Any]:
         try:
@@ -161,7 +145,14 @@ def _batch_case(learner_fn: Callable, n: int, batch_size: int, context_len: int,
                     and not torch.equal(x, again[0]):
                 raise CheckFailed(f"{what}: two generators with the same seed gave different batches: draw the "
                                   "starts with torch.randint(..., generator=generator), not from the global RNG")
-        _compare_batch(what, x, y, expected, mistakes)
+        if isinstance(x, Tensor) and isinstance(y, Tensor) and x.shape == y.shape == expected[0].shape:
+            actual = torch.stack([x, y]).long()  # (2, B, T)
+            if not torch.equal(actual, torch.stack(expected)):
+                for description, (mx, my) in mistakes.items():
+                    if torch.equal(actual, torch.stack([mx, my]).long()):
+                        raise CheckFailed(f"{what}: your batch equals {description}")
+        compare(x, expected[0], f"{what}: x", atol=0, rtol=0)
+        compare(y, expected[1], f"{what}: y", atol=0, rtol=0)
 
     return Case(what, call=first_draw, inspect=judge, unchanged=[data])
 
@@ -424,10 +415,7 @@ def check_adamw_step(learner_fn: Callable, hidden: bool = False) -> None:
             ([(16, 8), (8,)], 6, 1e-3, (0.9, 0.99), 1e-8, 0.1, 3.0, torch.float32),
         ]
     cases = [_adamw_case(index, *setting) for index, setting in enumerate(settings)]
-    total = sum(n_steps for _, n_steps, *_ in settings)
-    # The runner fills in {n} (the cases); the number of steps goes in here.
-    exercise = replace(ADAMW_STEP, success=ADAMW_STEP.success.format(steps=total, n="{n}"))
-    run(exercise, learner_fn, cases, hidden)
+    run(ADAMW_STEP, learner_fn, cases, hidden, fields={"steps": sum(n_steps for _, n_steps, *_ in settings)})
 
 
 # ----------------------------------------------------------------------------------------------
@@ -479,18 +467,12 @@ def _schedule_mistakes(steps: list[int], c: TrainConfig) -> dict[str, Tensor]:
     return mistakes
 
 
-def _schedule_steps(config: TrainConfig) -> list[int]:
-    """Every step of a short run; the interesting steps of a long one, and a few in between."""
-    if config.max_steps <= 200:
-        return list(range(0, config.max_steps + 6))
-    w, s = config.warmup_steps, config.max_steps
-    return sorted({0, 1, 2, w // 2, w - 1, w, w + 1, (w + s) // 2, s // 3, s - 1, s, s + 1, s + 50})
-
-
 def _schedule_case(config: TrainConfig) -> Case:
-    """The learner's rate at every step of `_schedule_steps`, as one vector; the reference's and the usual
-    mistakes' computed first."""
-    steps = _schedule_steps(config)
+    """The learner's rate at every step of a short run (the interesting steps of a long one, and a few in
+    between), as one vector; the reference's and the usual mistakes' computed first."""
+    w, s = config.warmup_steps, config.max_steps
+    steps = list(range(0, s + 6)) if s <= 200 else sorted(
+        {0, 1, 2, w // 2, w - 1, w, w + 1, (w + s) // 2, s // 3, s - 1, s, s + 1, s + 50})
     expected = torch.tensor([reference_lr_at(step, config) for step in steps], dtype=torch.float64)
     mistakes = _schedule_mistakes(steps, config)
     settings = (f"lr={config.lr:g}, min_lr={config.min_lr:g}, warmup_steps={config.warmup_steps}, "
@@ -631,14 +613,6 @@ def _learner_steps(learner_fn: Callable, model: nn.Module, batches, seeds, clip:
     return learner_model, returned, events
 
 
-def _expect_float_losses(returned: list[Any]) -> None:
-    for step, value in enumerate(returned, start=1):
-        if isinstance(value, Tensor):
-            raise CheckFailed(f"train_step returned a tensor at step {step}: return loss.item(), a Python float "
-                              "(a tensor would keep the step's whole graph in memory)")
-        _as_float(value, f"train_step's return value at step {step}")
-
-
 def _judge_step_events(step_events: list[tuple[str, float | None]], norm: float, clip: float, step: int,
                        where: str) -> None:
     """One optimizer.step() per train_step, with gradients there, clipped to grad_clip before it."""
@@ -686,7 +660,11 @@ def _train_step_case(index: int, batch: int, length: int, clip: float, n_steps: 
 
     def judge(result) -> Tensor:
         learner_model, returned, events = result
-        _expect_float_losses(returned)
+        for step, value in enumerate(returned, start=1):
+            if isinstance(value, Tensor):
+                raise CheckFailed(f"train_step returned a tensor at step {step}: return loss.item(), a Python "
+                                  "float (a tensor would keep the step's whole graph in memory)")
+            _as_float(value, f"train_step's return value at step {step}")
         for step, (step_events, norm) in enumerate(zip(events, norms), start=1):
             _judge_step_events(step_events, norm, clip, step, where)
         got = torch.tensor([float(v) for v in returned], dtype=torch.float64)

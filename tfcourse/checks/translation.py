@@ -259,12 +259,6 @@ def _torch_smoothed_loss(logits: Tensor, labels: Tensor, epsilon: float, ignore:
                            label_smoothing=epsilon)
 
 
-def _torch_smoothed_gradient(logits: Tensor, labels: Tensor, epsilon: float, ignore: int) -> Tensor:
-    leaf = logits.clone().requires_grad_(True)
-    _torch_smoothed_loss(leaf, labels, epsilon, ignore).backward()
-    return leaf.grad
-
-
 def _expect_finite_loss(actual: Any, what: str) -> None:
     if isinstance(actual, Tensor) and actual.is_floating_point() and not torch.isfinite(actual).all():
         raise CheckFailed(f"{what}: your loss is inf or NaN where torch's is finite — for large logits "
@@ -315,8 +309,10 @@ def check_label_smoothed_cross_entropy(learner_fn, hidden: bool = False) -> None
                           unchanged_what="label_smoothed_cross_entropy"))
     # Then the gradient, on the first input (the cases above run without autograd).
     name, logits, labels, epsilon, ignore = inputs[0]
+    leaf = logits.clone().requires_grad_(True)
+    _torch_smoothed_loss(leaf, labels, epsilon, ignore).backward()
     gradient = functools.partial(_expect_smoothed_gradient, learner_fn, name, logits, labels, epsilon, ignore,
-                                 _torch_smoothed_gradient(logits, labels, epsilon, ignore))
+                                 leaf.grad)
     run(LABEL_SMOOTHING, learner_fn, cases, hidden, then=gradient)
 
 
