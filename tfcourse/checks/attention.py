@@ -23,7 +23,8 @@ from ..attention import (MultiHeadAttention, causal_mask, merge_heads, padding_m
 from ..layouts import in_layout_of
 from ..validation import shape_str
 from .core import (Case, CheckFailed, Exercise, build_module, call_learner, compare, composite, expect_portable,
-                   isolated, learner_namespaces, load_state, off_limits, passed, run, run_case, seeded)
+                   isolated, learner_namespaces, load_state, off_limits, passed, run, run_case, seeded,
+                   success_line)
 
 # While a check runs, the answer for that exercise and the matching torch built-ins are off-limits.
 # (The variance is measured: nothing to refuse. Its ✔ line names the d_k measured.)
@@ -441,7 +442,7 @@ def check_split_merge_heads(learner_split: Callable, learner_merge: Callable, hi
     with off_limits(SPLIT_MERGE_HEADS.off_limits, SPLIT_MERGE_HEADS.name, namespaces):
         for learner, case in cases:
             run_case(SPLIT_MERGE_HEADS, learner, case)
-    passed(SPLIT_MERGE_HEADS.success.format(n=len(shapes)) + (SPLIT_MERGE_HEADS.hidden_note if hidden else ""))
+    passed(success_line(SPLIT_MERGE_HEADS, learner_split, len(shapes), hidden))
 
 
 # ----------------------------------------------------------------------------------------------

@@ -371,13 +371,20 @@ LAYER_PARTS = dict(LayerNorm=lambda: LayerNorm, sublayer_connection=lambda: subl
 STACK_PARTS = dict(LAYER_PARTS, EncoderLayer=lambda: called_like_the_lessons(EncoderLayer))
 
 
-def _encoder_layer_case(seed: int, case: dict, name: str) -> Case:
-    gen = torch.Generator().manual_seed(200 + seed)
-    torch.manual_seed(200 + seed)
-    nf = case["norm_first"]
-    args, options = (case["d_model"], case["n_heads"]), dict(d_ff=case["d_ff"], dropout=0.0, norm_first=nf)
-    reference = EncoderLayer(*args, **options).eval()
+def _seeded_reference(layer: type, seed: int, args: tuple, case: dict) -> tuple[nn.Module, torch.Generator, dict]:
+    """The reference `layer(*args, d_ff=..., dropout=0.0, norm_first=...)` built under torch's seed
+    `seed`, its LayerNorms randomised; the generator that then draws the case's inputs; the options."""
+    gen = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    options = dict(d_ff=case["d_ff"], dropout=0.0, norm_first=case["norm_first"])
+    reference = layer(*args, **options).eval()
     _randomise_norms(reference, gen)
+    return reference, gen, options
+
+
+def _encoder_layer_case(seed: int, case: dict, name: str) -> Case:
+    nf, args = case["norm_first"], (case["d_model"], case["n_heads"])
+    reference, gen, options = _seeded_reference(EncoderLayer, 200 + seed, args, case)
     x = torch.randn(case["batch"], case["length"], case["d_model"], generator=gen)
     mask = None if case["lengths"] is None else _padding(case["lengths"], case["length"])
     good = "pre" if nf else "post"
@@ -482,12 +489,8 @@ def _expect_target_length(actual: Any, what: str, x: Tensor, memory: Tensor) -> 
 
 
 def _decoder_layer_case(seed: int, case: dict, name: str) -> Case:
-    gen = torch.Generator().manual_seed(300 + seed)
-    torch.manual_seed(300 + seed)
-    nf = case["norm_first"]
-    args, options = (case["d_model"], case["n_heads"]), dict(d_ff=case["d_ff"], dropout=0.0, norm_first=nf)
-    reference = DecoderLayer(*args, **options).eval()
-    _randomise_norms(reference, gen)
+    nf, args = case["norm_first"], (case["d_model"], case["n_heads"])
+    reference, gen, options = _seeded_reference(DecoderLayer, 300 + seed, args, case)
     x = torch.randn(case["batch"], case["t_tgt"], case["d_model"], generator=gen)
     memory = 1.5 * torch.randn(case["batch"], case["t_src"], case["d_model"], generator=gen) - 0.5
     self_mask = causal_mask(case["t_tgt"])  # (T_tgt, T_tgt)
@@ -566,12 +569,9 @@ def _expect_separate_layers(module: nn.Module, call: str, n_layers: int) -> None
 
 
 def _encoder_case(seed: int, case: dict, name: str) -> Case:
-    gen = torch.Generator().manual_seed(400 + seed)
-    torch.manual_seed(400 + seed)
     nf, n_layers = case["norm_first"], case["n_layers"]
-    args, options = (n_layers, case["d_model"], case["n_heads"]), dict(d_ff=case["d_ff"], dropout=0.0, norm_first=nf)
-    reference = Encoder(*args, **options).eval()
-    _randomise_norms(reference, gen)
+    args = (n_layers, case["d_model"], case["n_heads"])
+    reference, gen, options = _seeded_reference(Encoder, 400 + seed, args, case)
     x = torch.randn(case["batch"], case["length"], case["d_model"], generator=gen)
     mask = None if case["lengths"] is None else _padding(case["lengths"], case["length"])
     with torch.no_grad():

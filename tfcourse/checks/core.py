@@ -66,11 +66,6 @@ def passed(message: str) -> None:
     print(f"✔ {message}")
 
 
-def hidden_note(hidden: bool) -> str:
-    """Appended to the success line when the hidden cases ran too."""
-    return " (hidden cases included)" if hidden else ""
-
-
 # ----------------------------------------------------------------------------------------------
 # Running the learner's code
 # ----------------------------------------------------------------------------------------------
@@ -755,9 +750,16 @@ def run(exercise: Exercise, learner: Any, cases: Sequence[Case], hidden: bool,
             run_case(exercise, learner, case)
         if then is not None:
             then()
+    passed(success_line(exercise, learner, len(cases) if count is None else count, hidden, fields))
+
+
+def success_line(exercise: Exercise, learner: Any, count: int, hidden: bool,
+                 fields: Mapping[str, Any] | None = None) -> str:
+    """The exercise's ✔ line: {n} = count, {name} = the learner's class or function, then `fields`;
+    in the hidden run its hidden-case note."""
     name = getattr(learner, "__name__", "your code")
-    line = exercise.success.format(n=len(cases) if count is None else count, name=name, **(fields or {}))
-    passed(line + (exercise.hidden_note if hidden else ""))
+    line = exercise.success.format(n=count, name=name, **(fields or {}))
+    return line + (exercise.hidden_note if hidden else "")
 
 
 def run_case(exercise: Exercise, learner: Any, case: Case) -> Any:
@@ -905,12 +907,7 @@ def _own_check_passes(exercise: Any, namespace: dict[str, Any], hidden: bool) ->
     own_check = getattr(importlib.import_module(f"tfcourse.checks.{module}"), function)
     if any(name not in namespace for name in exercise.arguments):
         return True
-    try:
-        with contextlib.redirect_stdout(io.StringIO()):
-            own_check(*(namespace[name] for name in exercise.arguments), hidden=hidden)
-    except CheckFailed:
-        return False
-    return True
+    return _passes_quietly(lambda: own_check(*(namespace[name] for name in exercise.arguments), hidden=hidden))
 
 
 def _and(names: Sequence[str]) -> str:
@@ -921,9 +918,15 @@ def _and(names: Sequence[str]) -> str:
 def _passes_with(check: Callable, learner_obj: Any, hidden: bool, namespace: dict[str, Any],
                  values: Mapping[str, Any]) -> bool:
     """Does `check` pass with `values` bound in the learner's namespace? (Quietly.)"""
+    with names_replaced(namespace, values):
+        return _passes_quietly(lambda: check(learner_obj, hidden))
+
+
+def _passes_quietly(judge: Callable[[], None]) -> bool:
+    """Does `judge()` (a check) pass? Its ✔ line is not printed: only the verdict counts here."""
     try:
-        with names_replaced(namespace, values), contextlib.redirect_stdout(io.StringIO()):
-            check(learner_obj, hidden)
+        with contextlib.redirect_stdout(io.StringIO()):
+            judge()
     except CheckFailed:
         return False
     return True
