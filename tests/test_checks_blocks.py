@@ -501,6 +501,10 @@ def make_encoder(run="all", final_norm=True, pass_mask=True, shared=False, post_
             elif run == "each_on_input":
                 for layer in self.layers:
                     h = layer(x, m)
+            elif run == "discarded":  # out = layer(x, mask): the outputs never reach x
+                for layer in self.layers:
+                    layer(x, m)
+                h = x
             else:
                 h = x
                 for layer in self.layers:
@@ -521,6 +525,7 @@ def test_encoder_passes(capfd):
 ENCODER_MISTAKES = [
     (dict(run="first"), "the first layer only"),
     (dict(run="each_on_input"), "the last layer applied to the input x"),
+    (dict(run="discarded"), "the input x itself (after the final norm): every layer's output was thrown away"),
     (dict(pass_mask=False), "does not pass the mask to its layers"),
     (dict(shared=True), "your layers share their weights"),
     (dict(plain_list=True), "self.layers should be an nn.ModuleList of 3 encoder layers, got list"),

@@ -313,7 +313,8 @@ CASES = [
     notebook_case("buggy encoder stack: every layer reads the input", "05_blocks",
                   lambda: edit(complete("05_blocks"), "encoder_stack_impl", "x = layer(x, mask)",
                                "out = layer(x, mask)"),
-                  {"encoder_stack_tests": (0, "")}),
+                  {"encoder_stack_tests": (0, r"your output equals the input x itself \(after the final norm\): "
+                                              r"every layer's output was thrown away")}),
     notebook_case("buggy shift_right: shifted left (float64, seed)", "06_models",
                   experimenting(lambda: edit(complete("06_models"), "shift_right_impl",
                                "return torch.cat([bos, tgt[:, :-1]], dim=1)", "return torch.cat([tgt[:, 1:], bos], dim=1)")),

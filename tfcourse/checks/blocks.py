@@ -546,6 +546,8 @@ def _encoder_mistakes(reference: Encoder, x: Tensor, mask: Tensor | None, nf: bo
         mistakes["the first layer only: apply all N layers, one after the other"] = final(layers[0](x, mask))
         mistakes["the last layer applied to the input x: feed each layer's output into the next"] = (
             final(layers[-1](x, mask)))
+    mistakes["the input x itself (after the final norm): every layer's output was thrown away — "
+             "x = layer(x, mask), so that the next layer reads it"] = final(x)
     if nf:
         h = x
         for layer in layers:
