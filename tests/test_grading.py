@@ -332,17 +332,18 @@ CASES = [
                   experimenting(lambda: edit(complete("09_translation"), "shift_target_impl",
                                "labels[torch.arange(batch, device=tgt.device), lengths] = eos_id", "pass")),
                   {"shift_target_tests": (0, "eos")}),
-    notebook_case("buggy forward: the causal mask alone, no target padding mask", "09_translation",
-                  lambda: edit(complete("09_translation"), "forward_impl",
-                               "self_mask = causal_mask(length, device=src.device) & padding_mask(decoder_input, pad_id)",
-                               "self_mask = causal_mask(length, device=src.device)"),
-                  {"forward_tests": (0, r"your output equals the logits with the causal mask alone \(they differ "
-                                        r"only at padded target positions\)")}),
-    notebook_case("buggy decoder input: not shifted, <bos> at the end", "09_translation",
-                  lambda: edit(complete("09_translation"), "shift_target_impl",
-                               "decoder_input = torch.cat([bos, tgt], dim=1)",
+    # (two exercises wrong in one submission: each loses only its own points)
+    notebook_case("buggy forward (the causal mask alone) and decoder input (not shifted, <bos> at the end)",
+                  "09_translation",
+                  lambda: edit(edit(complete("09_translation"), "forward_impl",
+                                    "self_mask = causal_mask(length, device=src.device) & "
+                                    "padding_mask(decoder_input, pad_id)",
+                                    "self_mask = causal_mask(length, device=src.device)"),
+                               "shift_target_impl", "decoder_input = torch.cat([bos, tgt], dim=1)",
                                "decoder_input = torch.cat([tgt, bos], dim=1)"),
-                  {"shift_target_tests": (0, r"decoder_input .*: your output equals the target not shifted, "
+                  {"forward_tests": (0, r"your output equals the logits with the causal mask alone \(they differ "
+                                        r"only at padded target positions\)"),
+                   "shift_target_tests": (0, r"decoder_input .*: your output equals the target not shifted, "
                                              r"with <bos> at the end")}),
     notebook_case("buggy path length: attention grows with distance (float64, seed)", "10_rnn_vs_transformer",
                   experimenting(lambda: edit(complete("10_rnn_vs_transformer"), "path_length_impl",
@@ -359,16 +360,17 @@ CASES = [
                    "train_bpe_tests": (4, r"^✔ train_bpe is right with the reference merge_word in place — "
                                           r"fix Exercise 3 \(merge_word\) first"),
                    "bpe_encode_tests": (3, r"fix Exercise 3 \(merge_word\) first")}),
-    notebook_case("buggy merge_heads under a correct MultiHeadAttention", "03_attention",
-                  lambda: edit(complete("03_attention"), "heads_impl", "x = x.transpose(1, 2)  # (B, T, n_heads, d_head)",
-                               "pass"),
+    # (two helpers wrong in one submission: each loses its own points, the line names both, once each)
+    notebook_case("buggy merge_heads and scaled_dot_product_attention under a correct MultiHeadAttention",
+                  "03_attention",
+                  lambda: edit(edit(complete("03_attention"), "heads_impl",
+                                    "x = x.transpose(1, 2)  # (B, T, n_heads, d_head)", "pass"),
+                               "sdpa_impl", "/ math.sqrt(d_k)", ""),
                   {"heads_tests": (0, "without the transpose"),
-                   "mha_tests": (3, r"^✔ MultiHeadAttention is right with the reference split_heads and merge_heads "
-                                    r"in place — fix Exercise 5 \(split_heads and merge_heads\) first")}),
-    notebook_case("buggy scaled_dot_product_attention under a correct MultiHeadAttention", "03_attention",
-                  lambda: edit(complete("03_attention"), "sdpa_impl", "/ math.sqrt(d_k)", ""),
-                  {"sdpa_tests": (0, r"1/√d_k"),
-                   "mha_tests": (3, r"fix Exercise 2 \(scaled_dot_product_attention\) first")}),
+                   "sdpa_tests": (0, r"1/√d_k"),
+                   "mha_tests": (3, r"^✔ MultiHeadAttention is right with the reference scaled_dot_product_attention, "
+                                    r"split_heads and merge_heads in place — fix Exercise 2 "
+                                    r"\(scaled_dot_product_attention\) and Exercise 5 \(split_heads")}),  # (cut at 200)
     notebook_case("buggy log_softmax (no max shift) under a correct cross_entropy", "06_models",
                   lambda: edit(complete("06_models"), "log_softmax_impl",
                                "shifted = logits - logits.amax(dim=dim, keepdim=True)", "shifted = logits"),

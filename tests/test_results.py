@@ -198,3 +198,17 @@ def test_autograde_main_reports_through_the_reporter(monkeypatch, capsys):
     assert "adam: FAILED (timed out after 30 s)  [30.0 s]" in out
     assert "  ffn_tests    0 / 3    FAIL  timed out after 30 s" in out  # (--exercises)
     assert "0/1 submissions of 04_ffn graded with 2 job(s)" in out and "not graded: adam" in out
+
+
+def test_a_failed_submission_is_named_by_its_cause_not_by_nbgraders_pointer_to_it():
+    from tfcourse.course.parallel_autograde import _last_error
+
+    log = ("[AutogradeApp | ERROR] There was an error processing assignment: ...\n"
+           "Traceback (most recent call last):\n  File \"nbclient/client.py\", line 1, in start\n"
+           "RuntimeError: Kernel died before replying to kernel_info\n"
+           "nbgrader.converters.base.NbGraderException: Please see the the above traceback for details on "
+           "the specific errors on the above failures.\n")
+    assert _last_error(log) == "RuntimeError: Kernel died before replying to kernel_info"
+    pointer_only = "nbgrader.converters.base.NbGraderException: Please see the the above traceback for details"
+    assert _last_error(pointer_only) == pointer_only  # nothing better to say: the pointer itself
+    assert _last_error("") == "nbgrader reported a failure"

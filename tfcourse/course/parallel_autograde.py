@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import selectors
 import shutil
 import signal
@@ -389,9 +390,16 @@ def autograde(course: Path, lesson: str, jobs: int = 2, timeout: float = 600, fo
     return sorted(outcomes, key=lambda o: o.student)
 
 
+# nbgrader's own last line after a failed conversion says only where to look: the cause is above it.
+_POINTER = "Please see the the above traceback"
+
+
 def _last_error(text: str) -> str:
+    """The line that says why a submission failed: the last error line of the worker's log, not
+    nbgrader's closing pointer to it (the instructor sees this line, not the log)."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[-1][:200] if lines else "nbgrader reported a failure"
+    causes = [line for line in lines if _POINTER not in line and re.match(r"^[\w.]*(Error|Exception|Exit)\b", line)]
+    return (causes or lines or ["nbgrader reported a failure"])[-1][:200]
 
 
 def main(argv: list[str] | None = None) -> int:
