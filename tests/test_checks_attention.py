@@ -254,6 +254,28 @@ def test_causal_mask_ignoring_the_device_is_named():
         check_causal_mask(lambda t_q, t_k=None, device=None: causal(t_q, t_k))
 
 
+def test_causal_mask_is_tried_on_the_meta_device_only_when_a_constructor_misses_the_device():
+    """Meta's first use costs a second (it imports torch._dynamo): a mask whose constructors all get the
+    device asked for is believed from its CPU run; one made elsewhere and moved, or hard-coded, is tried."""
+    def recording(make):
+        seen = []
+
+        def causal_mask(t_q, t_k=None, device=None):
+            seen.append(str(device))
+            return make(t_q, t_k, device)
+        return causal_mask, seen
+
+    passes_on, seen = recording(lambda t_q, t_k, device: causal(t_q, t_k, device))
+    check_causal_mask(passes_on)
+    assert "meta" not in seen and "cpu:0" in seen
+    moved, seen = recording(lambda t_q, t_k, device: causal(t_q, t_k).to(device))
+    check_causal_mask(moved)  # right, and only the meta device can tell
+    assert "meta" in seen
+    hard_coded, _ = recording(lambda t_q, t_k, device: causal(t_q, t_k, "cpu"))
+    with pytest.raises(CheckFailed, match=r"device='meta'\): your mask is on cpu"):
+        check_causal_mask(hard_coded)
+
+
 def test_causal_mask_off_limits():
     with pytest.raises(OffLimitsError, match="off-limits"):
         check_causal_mask(lambda t_q, t_k=None, device=None: reference.causal_mask(t_q, t_k, device))

@@ -22,9 +22,9 @@ from ..attention import (MultiHeadAttention, causal_mask, merge_heads, padding_m
                          split_heads)
 from ..layouts import in_layout_of
 from ..validation import shape_str
-from .core import (Case, CheckFailed, Exercise, build_module, call_learner, compare, composite, expect_portable,
-                   isolated, learner_namespaces, load_state, off_limits, passed, run, run_case, seeded,
-                   success_line)
+from .core import (Case, CheckFailed, ConstructorScreen, Exercise, build_module, call_learner, compare, composite,
+                   expect_portable, isolated, learner_namespaces, load_state, off_limits, passed, run, run_case,
+                   seeded, success_line)
 
 # While a check runs, the answer for that exercise and the matching torch built-ins are off-limits.
 # (The variance is measured: nothing to refuse. Its ✔ line names the d_k measured.)
@@ -318,12 +318,19 @@ def check_causal_mask(learner_fn: Callable, hidden: bool = False) -> None:
         what = f"causal_mask({t_q})" if t_k is None else f"causal_mask({t_q}, {t_k})"
         cases.append(Case(what, (t_q,) if t_k is None else (t_q, t_k), expected=expected, mistakes=mistakes,
                           inspect=functools.partial(_expect_bool_mask, what=what)))
-    # "meta" stands in for a GPU (a device without data, on any machine).
-    devices = ["meta"] + (["cuda"] if hidden and torch.cuda.is_available() else [])
+    # "meta" stands in for a GPU (a device without data, on any machine); it is needed only when the
+    # screened call on the CPU does not show every constructor handed the device (ConstructorScreen).
+    gpu = ["cuda"] if hidden and torch.cuda.is_available() else []
 
     def expect_mask_on_devices() -> None:
         """The mask is made on the device it is asked for, so that on a GPU it sits next to the scores."""
-        for device in devices:
+        screen = ConstructorScreen(torch.device("cpu", 0))
+        with screen:
+            mask = call_learner("causal_mask(3, 5, device='cpu:0')", learner_fn, 3, 5, device=torch.device("cpu", 0))
+        if not isinstance(mask, Tensor) or tuple(mask.shape) != (3, 5) or mask.dtype != torch.bool:
+            got = f"{shape_str(mask)} {mask.dtype}" if isinstance(mask, Tensor) else type(mask).__name__
+            raise CheckFailed(f"causal_mask(3, 5, device='cpu:0'): expected a (3, 5) bool mask, got {got}")
+        for device in ([] if screen.all_given else ["meta"]) + gpu:
             what = f"causal_mask(3, 5, device={device!r})"
             mask = call_learner(what, learner_fn, 3, 5, device=device)
             if not isinstance(mask, Tensor) or mask.device.type != device:

@@ -375,6 +375,26 @@ class _DeviceScreen(TorchFunctionMode):
         return result
 
 
+class ConstructorScreen(TorchFunctionMode):
+    """Watches a learner's function that is asked for a tensor on `device`: `all_given` stays True only
+    if every tensor constructor it calls (torch.ones, torch.arange, ...) is handed exactly that device.
+    Ask for torch.device("cpu", 0), which no default and no hard-coded "cpu" equals: then a function that
+    passes its `device` on needs no run on the meta device (whose first operation imports
+    torch._dynamo: a second or more of the first check); any other gets one."""
+
+    def __init__(self, device: torch.device):
+        super().__init__()
+        self.device = device
+        self.all_given = bool(_DeviceScreen.constructors)  # (a torch without the list: always try meta)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in _DeviceScreen.constructors:
+            given = kwargs.get("device")
+            self.all_given = self.all_given and given is not None and torch.device(given) == self.device
+        return func(*args, **kwargs)
+
+
 def expect_portable(what: str, module: nn.Module, inputs: Sequence[Any]) -> None:
     """The learner's module works on any device and dtype, as a GPU run needs: `.to()` moves every
     tensor it holds, its forward creates no tensor on the CPU, and its output follows the input's
