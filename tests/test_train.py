@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import io
 import math
 import os
 from pathlib import Path
@@ -12,10 +14,12 @@ from torch import nn
 
 from tfcourse.training.loop import (
     TrainConfig,
+    clip_gradients,
     configure_optimizer,
     default_loss,
     estimate_loss,
     lr_at,
+    CHECKPOINT_KEYS,
     load_checkpoint,
     make_grad_scaler,
     pick_device,
@@ -147,6 +151,113 @@ def test_train_step_updates_weights_and_clears_gradients():
     assert math.isfinite(loss.item())
     assert all(p.grad is None for p in model.parameters())
     assert all(not torch.equal(b, p) for b, p in zip(before, model.parameters()))
+
+
+# --------------------------------------------------------------------------- clipping
+
+
+def model_with_gradients(scale: float, seed: int = 0) -> BigramLM:
+    """A model whose parameters hold random gradients, about `scale` in size per entry."""
+    model = make_model(seed)
+    generator = torch.Generator().manual_seed(seed)
+    for p in model.parameters():
+        p.grad = scale * torch.randn(p.shape, generator=generator)
+    return model
+
+
+# Each case: (how the parameters are given, from the model; max_norm). The model's gradients have a
+# global norm of about 30 (scale 1.0): max_norm 1000 leaves them, 1.0 and 0.0 clip them.
+CLIP_CASES = {
+    "norm below max_norm: unchanged": (lambda m: list(m.parameters()), 1000.0),
+    "norm above max_norm: scaled down": (lambda m: list(m.parameters()), 1.0),
+    "max_norm 0: all gradients become 0": (lambda m: list(m.parameters()), 0.0),
+    "an int max_norm": (lambda m: list(m.parameters()), 2),
+    "parameters without a grad are skipped": (lambda m: [m.head.weight, m.norm.bias, m.embed.weight], 1.0),
+    "one parameter, in a list": (lambda m: [m.head.weight], 0.5),
+    "one parameter, as a tensor": (lambda m: m.head.weight, 0.5),
+    "a generator (read once)": (lambda m: m.parameters(), 1.0),
+    "a generator, norm below max_norm": (lambda m: (p for p in m.parameters()), 1000.0),
+}
+
+
+@pytest.mark.parametrize("case", list(CLIP_CASES))
+def test_clip_gradients_matches_torchs_clip_grad_norm(case):
+    choose, max_norm = CLIP_CASES[case]
+    ours, theirs = model_with_gradients(1.0), model_with_gradients(1.0)
+    for model in (ours, theirs):
+        model.norm.bias.grad = None  # a parameter that took no part in the loss
+    before = [None if p.grad is None else p.grad.clone() for p in ours.parameters()]
+
+    norm = clip_gradients(choose(ours), max_norm)
+    expected_norm = torch.nn.utils.clip_grad_norm_(choose(theirs), max_norm)
+
+    assert isinstance(norm, torch.Tensor) and norm.dim() == 0
+    torch.testing.assert_close(norm, expected_norm)
+    for (name, a), b, old in zip(ours.named_parameters(), theirs.parameters(), before):
+        if old is None:
+            assert a.grad is None and b.grad is None, name
+        else:
+            torch.testing.assert_close(a.grad, b.grad, msg=name)
+    if "unchanged" in case or "below" in case:
+        assert all(old is None or torch.equal(p.grad, old) for p, old in zip(ours.parameters(), before))
+    if "scaled down" in case:
+        clipped = torch.linalg.vector_norm(torch.cat([p.grad.flatten() for p in ours.parameters()
+                                                      if p.grad is not None]))
+        assert norm > max_norm and clipped == pytest.approx(max_norm, rel=1e-4)
+
+
+def test_clip_gradients_returns_the_norm_of_all_gradients_together():
+    a, b = torch.zeros(2, requires_grad=True), torch.zeros(1, 1, requires_grad=True)
+    a.grad, b.grad = torch.tensor([3.0, 0.0]), torch.tensor([[4.0]])  # norm sqrt(9 + 16) = 5
+    norm = clip_gradients([a, b], 1.0)
+    assert norm.item() == pytest.approx(5.0)
+    torch.testing.assert_close(a.grad, torch.tensor([0.6, 0.0]), atol=1e-6, rtol=0)
+    torch.testing.assert_close(b.grad, torch.tensor([[0.8]]), atol=1e-6, rtol=0)
+
+
+def test_clip_gradients_without_any_gradient_returns_zero():
+    model = make_model()
+    assert clip_gradients(model.parameters(), 1.0).item() == 0.0
+    assert all(p.grad is None for p in model.parameters())
+
+
+@pytest.mark.parametrize(
+    "parameters, max_norm, error, message",
+    [
+        ("parameters", -1.0, ValueError, r"max_norm must be >= 0, got -1.0"),
+        ("parameters", float("nan"), ValueError, r"max_norm must be >= 0, got nan"),
+        ("parameters", "1.0", TypeError, r"max_norm must be a number, got str"),
+        ("parameters", torch.tensor(1.0), TypeError, r"max_norm must be a number, got Tensor"),
+        ("model", 1.0, TypeError, r"model.parameters\(\), not the model itself"),
+        ("floats", 1.0, TypeError, r"expects tensors \(parameters\), got float"),
+    ],
+)
+def test_clip_gradients_refuses_bad_input(parameters, max_norm, error, message):
+    model = model_with_gradients(1.0)
+    given = {"parameters": model.parameters(), "model": model, "floats": [1.0, 2.0]}[parameters]
+    with pytest.raises(error, match=message):
+        clip_gradients(given, max_norm)
+
+
+@pytest.mark.parametrize("grad_clip", [0.05, 100.0])  # clipping every step, and never
+def test_train_step_is_the_step_with_torchs_clip_grad_norm(grad_clip):
+    config = small_config(grad_clip=grad_clip)
+    ours, theirs = make_model(), make_model()
+    our_optimizer, their_optimizer = configure_optimizer(ours, config), configure_optimizer(theirs, config)
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(3):
+        x, y = get_batch("train", generator)
+        torch.manual_seed(1)  # the same dropout masks in both
+        loss = train_step(ours, (x, y), our_optimizer, make_grad_scaler(torch.device("cpu"), True), config)
+        torch.manual_seed(1)
+        expected = default_loss(theirs, x, y)
+        expected.backward()
+        torch.nn.utils.clip_grad_norm_(theirs.parameters(), grad_clip)
+        their_optimizer.step()
+        their_optimizer.zero_grad(set_to_none=True)
+        torch.testing.assert_close(loss, expected.detach())
+    for (name, a), b in zip(ours.named_parameters(), theirs.parameters()):
+        torch.testing.assert_close(a, b, msg=name)
 
 
 def test_estimate_loss_is_repeatable_and_restores_train_mode():
@@ -417,3 +528,186 @@ def test_resuming_keeps_this_machines_optimizer_kernel(tmp_path):
     generator = torch.Generator()
     load_checkpoint(config.checkpoint_path, model, optimizer, make_grad_scaler(torch.device("cpu"), True), generator)
     assert all(group["fused"] for group in optimizer.param_groups)
+
+
+# --------------------------------------------------------------------------- checkpoints in memory or a file object
+
+
+def steps_from(model, optimizer, generator, config, n: int) -> list[float]:
+    """`n` train_steps on batches from `generator`; their losses."""
+    scaler = make_grad_scaler(torch.device("cpu"), True)
+    return [train_step(model, get_batch("train", generator), optimizer, scaler, config).item() for _ in range(n)]
+
+
+def trained_for(steps: int, config: TrainConfig):
+    """A model, its optimizer and the batch generator after `steps` train_steps."""
+    model = make_model()
+    optimizer = configure_optimizer(model, config)
+    generator = torch.Generator().manual_seed(0)
+    steps_from(model, optimizer, generator, config, steps)
+    return model, optimizer, generator
+
+
+def open_for_writing(tmp_path, kind: str):
+    return io.BytesIO() if kind == "BytesIO" else open(tmp_path / "run.pt", "wb")
+
+
+def reopened_for_reading(file, tmp_path):
+    if isinstance(file, io.BytesIO):
+        file.seek(0)  # a file object is read from where it stands
+        return file
+    file.close()
+    return open(tmp_path / "run.pt", "rb")
+
+
+@pytest.mark.parametrize("kind", ["BytesIO", "open file"])
+def test_checkpoint_round_trip_through_a_file_object_continues_exactly(tmp_path, kind):
+    config = small_config()
+    model, optimizer, generator = trained_for(5, config)
+    scaler = make_grad_scaler(torch.device("cpu"), True)
+    history = {"step": [1, 2, 3, 4, 5]}
+    file = open_for_writing(tmp_path, kind)
+    save_checkpoint(file, model, optimizer, scaler=scaler, step=5, history=history, generator=generator,
+                    config=config)
+    assert not file.closed  # the caller's file: left open
+    saved_model, saved_optimizer = copy.deepcopy(model.state_dict()), copy.deepcopy(optimizer.state_dict())
+    straight = steps_from(model, optimizer, generator, config, 5)  # what happens without the round trip
+
+    restored = make_model(seed=99)  # initialised differently: everything must come from the file
+    restored_optimizer = configure_optimizer(restored, config)
+    restored_generator = torch.Generator()
+    torch.rand(7)  # a shifted global RNG: dropout's stream must be restored too
+    with reopened_for_reading(file, tmp_path) as source:
+        step, restored_history = load_checkpoint(source, restored, restored_optimizer, scaler, restored_generator)
+
+    assert step == 5 and restored_history == history
+    for name, value in saved_model.items():
+        assert torch.equal(restored.state_dict()[name], value), name
+    assert restored_optimizer.state_dict()["state"].keys() == saved_optimizer["state"].keys()
+    for index, state in saved_optimizer["state"].items():
+        for key, value in state.items():
+            assert torch.equal(restored_optimizer.state_dict()["state"][index][key], value), (index, key)
+    assert steps_from(restored, restored_optimizer, restored_generator, config, 5) == straight
+    for (name, a), b in zip(model.named_parameters(), restored.parameters()):
+        assert torch.equal(a, b), name
+
+
+def test_checkpoint_without_scaler_generator_and_history_round_trips():
+    config = small_config()
+    model, optimizer, generator = trained_for(3, config)
+    buffer = io.BytesIO()
+    save_checkpoint(buffer, model, optimizer, step=3, config=config)
+    buffer.seek(0)
+    stored = torch.load(buffer, weights_only=False)
+    assert set(stored) == {"model", "optimizer", "step", "torch_rng", "cuda_rng", "python_rng", "config"}
+
+    restored = make_model(seed=99)
+    restored_optimizer = configure_optimizer(restored, config)
+    scaler, batch_generator = make_grad_scaler(torch.device("cpu"), True), torch.Generator().manual_seed(5)
+    scaler_state, generator_state = scaler.state_dict(), batch_generator.get_state()
+    buffer.seek(0)
+    # Given a scaler and a generator that the checkpoint does not hold: they are left as they are.
+    assert load_checkpoint(buffer, restored, restored_optimizer, scaler, batch_generator) == (3, None)
+    assert scaler.state_dict() == scaler_state and torch.equal(batch_generator.get_state(), generator_state)
+    for (name, a), b in zip(model.named_parameters(), restored.parameters()):
+        assert torch.equal(a, b), name
+    buffer.seek(0)
+    assert load_checkpoint(buffer, make_model(), configure_optimizer(make_model(), config)) == (3, None)
+
+
+def test_loading_without_scaler_and_generator_ignores_their_stored_states(tmp_path):
+    config = small_config()
+    model, optimizer, generator = trained_for(2, config)
+    path = tmp_path / "run.pt"
+    save_checkpoint(path, model, optimizer, make_grad_scaler(torch.device("cpu"), True), 2, {"step": [1, 2]},
+                    generator, config)
+    restored = make_model(seed=99)
+    step, history = load_checkpoint(path, restored, configure_optimizer(restored, config))
+    assert step == 2 and history == {"step": [1, 2]}
+    assert torch.equal(restored.head.weight, model.head.weight)
+
+
+@pytest.mark.parametrize("as_path", [str, Path])
+def test_checkpoint_round_trip_through_a_path_positionally(tmp_path, as_path):
+    """The positional calls of before: save_checkpoint(path, model, optimizer, scaler, step, history,
+    generator, config) and load_checkpoint(path, model, optimizer, scaler, generator)."""
+    config = small_config()
+    model, optimizer, generator = trained_for(4, config)
+    path = as_path(tmp_path / "run.pt")
+    scaler = make_grad_scaler(torch.device("cpu"), True)
+    save_checkpoint(path, model, optimizer, scaler, 4, {"step": [1, 2, 3, 4]}, generator, config)
+    assert os.listdir(tmp_path) == ["run.pt"]  # no temporary file left
+    assert set(torch.load(path, weights_only=False)) == set(CHECKPOINT_KEYS)
+    straight = steps_from(model, optimizer, generator, config, 3)
+
+    restored = make_model(seed=99)
+    restored_optimizer, restored_generator = configure_optimizer(restored, config), torch.Generator()
+    step, history = load_checkpoint(path, restored, restored_optimizer, scaler, restored_generator)
+    assert step == 4 and history == {"step": [1, 2, 3, 4]}
+    assert steps_from(restored, restored_optimizer, restored_generator, config, 3) == straight
+
+
+def test_resume_from_a_checkpoint_without_history(tmp_path):
+    config = small_config(max_steps=8, checkpoint_path=str(tmp_path / "run.pt"))
+    model, optimizer, generator = trained_for(5, config)
+    save_checkpoint(config.checkpoint_path, model, optimizer, step=5, generator=generator, config=config)
+    history = train(make_model(), get_batch, config, resume=True)
+    assert history["step"] == [6, 7, 8]  # the curves start at the checkpoint
+    assert len(history["train_loss"]) == 3
+
+
+def test_save_checkpoint_needs_step_and_config():
+    model = make_model()
+    optimizer = configure_optimizer(model, small_config())
+    with pytest.raises(TypeError, match="needs step and config"):
+        save_checkpoint(io.BytesIO(), model, optimizer)
+
+
+def not_a_checkpoint_path(tmp_path, what: str) -> Path:
+    path = tmp_path / "not-a-checkpoint.pt"
+    if what == "text":
+        path.write_text("plain text, not a torch file")
+    elif what == "a tensor":
+        torch.save(torch.zeros(3), path)
+    else:  # a dict without the keys: e.g. the best-val file, which holds only the weights
+        torch.save({"model": make_model().state_dict(), "step": 3}, path)
+    return path
+
+
+@pytest.mark.parametrize("what", ["text", "a tensor", "a dict of weights"])
+@pytest.mark.parametrize("given_as", ["path", "file object"])
+def test_not_a_checkpoint_is_a_clear_error(tmp_path, what, given_as):
+    path = not_a_checkpoint_path(tmp_path, what)
+    source = path if given_as == "path" else io.BytesIO(path.read_bytes())
+    model = make_model()
+    with pytest.raises(ValueError, match="is not a training checkpoint") as caught:
+        load_checkpoint(source, model, configure_optimizer(model, small_config()))
+    if what == "a dict of weights":
+        assert "lacks ['optimizer', 'torch_rng', 'cuda_rng', 'python_rng', 'config']" in str(caught.value)
+    if given_as == "path":
+        assert str(path) in str(caught.value)
+
+
+def test_a_file_object_not_rewound_gets_a_hint():
+    model, config = make_model(), small_config()
+    optimizer = configure_optimizer(model, config)
+    buffer = io.BytesIO()
+    save_checkpoint(buffer, model, optimizer, step=1, config=config)  # the buffer now stands at its end
+    with pytest.raises(ValueError, match=r"not a training checkpoint.*seek\(0\)"):
+        load_checkpoint(buffer, model, optimizer)
+
+
+def test_a_text_mode_file_is_a_clear_error(tmp_path):
+    model, config = make_model(), small_config()
+    optimizer = configure_optimizer(model, config)
+    with open(tmp_path / "run.pt", "w") as file:
+        with pytest.raises(TypeError, match=r"'.*run.pt' is open in text mode.*open\(path, 'wb'\)"):
+            save_checkpoint(file, model, optimizer, step=1, config=config)
+    with pytest.raises(TypeError, match="the StringIO is open in text mode"):
+        save_checkpoint(io.StringIO(), model, optimizer, step=1, config=config)
+    save_checkpoint(tmp_path / "run.pt", model, optimizer, step=1, config=config)
+    with open(tmp_path / "run.pt") as file:
+        with pytest.raises(TypeError, match=r"open in text mode.*open\(path, 'rb'\)"):
+            load_checkpoint(file, model, optimizer)
+    with pytest.raises(TypeError, match="a path .* or a binary file object with .write\\(\\), got int"):
+        save_checkpoint(3, model, optimizer, step=1, config=config)

@@ -3,6 +3,7 @@
 Each step: set the learning rate from the schedule, draw a batch, take one optimizer step.
 Every `eval_interval` steps (and at the last one), estimate the train and val loss.
 Every `checkpoint_interval` steps (and at the end), save everything needed to resume exactly.
+`clip_gradients` is the clipping of each step, written out; checkpoints go to a path or a file object.
 `train()` returns a history of losses and learning rates, ready to plot.
 """
 
@@ -11,15 +12,18 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import io
 import math
+import numbers
 import os
+import pickle
 import random
 import tempfile
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, BinaryIO
 
 import torch
 import torch.nn.functional as F
@@ -32,6 +36,8 @@ GetBatch = Callable[[str, torch.Generator], tuple[torch.Tensor, torch.Tensor]]
 LossFn = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
 # on_step(step, history): called after every optimizer step (timing, logging, early stopping...).
 StepHook = Callable[[int, dict[str, Any]], None]
+# Where a checkpoint goes: a path (written atomically) or a binary file object (io.BytesIO, open(path, "wb")).
+CheckpointFile = str | os.PathLike[str] | BinaryIO
 
 # What save_checkpoint writes; load_checkpoint reads the same keys back.
 CHECKPOINT_KEYS = (
@@ -46,6 +52,9 @@ CHECKPOINT_KEYS = (
     "python_rng",  # Python's `random` module
     "config",  # the TrainConfig as a dict, to see later how the run was made
 )
+# The parts save_checkpoint stores only when given (its scaler, history and generator): a checkpoint
+# without them still loads. Every other key must be there, or the file is not a training checkpoint.
+OPTIONAL_CHECKPOINT_KEYS = ("scaler", "history", "batch_generator")
 
 
 # --------------------------------------------------------------------------- setup
@@ -271,6 +280,49 @@ def default_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Te
     return F.cross_entropy(logits.reshape(B * T, V), y.reshape(B * T))
 
 
+@torch.no_grad()  # scaling the gradients is not part of any computation to differentiate
+def clip_gradients(parameters: Iterable[torch.Tensor] | torch.Tensor, max_norm: float) -> torch.Tensor:
+    """Scale all gradients together so that their global L2 norm is at most `max_norm`, in place;
+    returns the norm before clipping (a 0-dim tensor, on the first gradient's device). What
+    torch.nn.utils.clip_grad_norm_(parameters, max_norm) does. The parameters may have any shapes.
+
+    The global norm treats all the gradients as one long vector: with g_p the gradient of parameter p,
+
+        norm = sqrt(sum over p of ||g_p||^2)        every g_p <- g_p * min(max_norm / (norm + 1e-6), 1)
+
+    So every gradient keeps its direction and only the whole step gets shorter; below max_norm
+    nothing changes. Parameters without a gradient (p.grad is None) are skipped. A non-finite norm
+    is returned as it is (checking it would make the CPU wait for the GPU).
+    """
+    if isinstance(parameters, nn.Module):
+        raise TypeError("clip_gradients expects parameters, e.g. model.parameters(), not the model itself")
+    if isinstance(max_norm, bool) or not isinstance(max_norm, numbers.Real):
+        raise TypeError(f"max_norm must be a number, got {type(max_norm).__name__}")
+    max_norm = float(max_norm)  # a NumPy number divided by a tensor would read the tensor back
+    if not max_norm >= 0:  # also refuses NaN
+        raise ValueError(f"max_norm must be >= 0, got {max_norm}")
+    if isinstance(parameters, torch.Tensor):
+        parameters = [parameters]
+    parameters = list(parameters)  # model.parameters() is a generator: it can be read only once
+    not_tensors = sorted({type(p).__name__ for p in parameters if not isinstance(p, torch.Tensor)})
+    if not_tensors:
+        raise TypeError(f"clip_gradients expects tensors (parameters), got {', '.join(not_tensors)}")
+
+    grads = [p.grad for p in parameters if p.grad is not None]
+    if not grads:
+        return torch.tensor(0.0)  # nothing to clip
+    # The norm of each gradient, then the norm of those norms: the same as the norm of all of them
+    # laid end to end, without building that long vector.
+    norms = torch.stack([torch.linalg.vector_norm(g).to(grads[0].device) for g in grads])
+    total_norm = torch.linalg.vector_norm(norms)
+    # clamp, not `if norm > max_norm`: an `if` on a GPU number would make the CPU wait for it.
+    # The 1e-6 keeps the division finite when every gradient is 0.
+    coefficient = torch.clamp(max_norm / (total_norm + 1e-6), max=1.0)
+    for g in grads:
+        g.mul_(coefficient.to(g.device))
+    return total_norm
+
+
 def train_step(
     model: nn.Module,
     batch: tuple[torch.Tensor, torch.Tensor],
@@ -296,7 +348,7 @@ def train_step(
 
     # 3. Clip: divide the scale back out, so the clip sees the true gradient norm.
     scaler.unscale_(optimizer)
-    torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+    clip_gradients(model.parameters(), config.grad_clip)
 
     # 4. Update the weights. The scaler skips the step if fp16 gradients overflowed,
     #    and adjusts its scale for the next step.
@@ -350,33 +402,70 @@ def estimate_loss(
 
 
 def save_checkpoint(
-    path: str | os.PathLike[str],
+    file: CheckpointFile,
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
-    scaler: torch.amp.GradScaler,
-    step: int,
-    history: dict[str, Any],
-    generator: torch.Generator,
-    config: TrainConfig,
+    scaler: torch.amp.GradScaler | None = None,
+    step: int | None = None,
+    history: dict[str, Any] | None = None,
+    generator: torch.Generator | None = None,
+    config: TrainConfig | None = None,
 ) -> None:
     """Save everything needed to continue training exactly where it stopped (CHECKPOINT_KEYS).
 
-    The file is written under a temporary name and then renamed over `path`, so a crash
-    while saving leaves the last good checkpoint untouched.
+    `file` is a path or a binary file object. A path is written under a temporary name and then
+    renamed over it, so a crash while saving leaves the last good checkpoint untouched; a file
+    object (io.BytesIO, open(path, "wb")) is written where it stands and left open.
+    `step` and `config` are needed. `scaler`, `history` and `generator` (the batch order) are
+    optional: left out, the checkpoint neither stores nor restores them. The old positional order
+    (file, model, optimizer, scaler, step, history, generator, config) still works.
     """
+    if step is None or config is None:
+        raise TypeError("save_checkpoint needs step and config, e.g. "
+                        "save_checkpoint(file, model, optimizer, step=step, config=config)")
     checkpoint = {
         "model": model.state_dict(),
         "optimizer": optimizer.state_dict(),
-        "scaler": scaler.state_dict(),
+        "scaler": scaler.state_dict() if scaler is not None else None,
         "step": step,
         "history": history,
-        "batch_generator": generator.get_state(),
+        "batch_generator": generator.get_state() if generator is not None else None,
         "torch_rng": torch.get_rng_state(),
         "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
         "python_rng": random.getstate(),
         "config": dataclasses.asdict(config),
     }
-    _save_atomically(checkpoint, path)
+    # An optional part that was not given is not stored at all: a load can tell it was never saved.
+    checkpoint = {key: value for key, value in checkpoint.items() if value is not None}
+    if _is_path(file):
+        _save_atomically(checkpoint, file)
+    else:
+        _expect_binary_file(file, "write")
+        torch.save(checkpoint, file)
+
+
+def _is_path(file: Any) -> bool:
+    return isinstance(file, (str, os.PathLike))
+
+
+def _describe(file: Any) -> str:
+    """How an error message names a checkpoint file: its path, or what the file object is."""
+    if _is_path(file):
+        return os.fspath(file)
+    name = getattr(file, "name", None)
+    return repr(name) if isinstance(name, str) else f"the {type(file).__name__}"
+
+
+def _expect_binary_file(file: Any, use: str) -> None:
+    """A clear error for what torch.save / torch.load cannot use: a text-mode file, or no file at all.
+    `use` is "write" or "read", the method the file object needs."""
+    if isinstance(file, io.TextIOBase):  # open(path, "w"), io.StringIO: they take str, torch writes bytes
+        mode = "wb" if use == "write" else "rb"
+        raise TypeError(f"the checkpoint file {_describe(file)} is open in text mode; a checkpoint is bytes: "
+                        f"open it with open(path, {mode!r}), or use io.BytesIO")
+    if not callable(getattr(file, use, None)):
+        raise TypeError(f"a checkpoint goes to a path (str or os.PathLike) or a binary file object with "
+                        f".{use}(), got {type(file).__name__}")
 
 
 def _save_atomically(obj: Any, path: str | os.PathLike[str]) -> None:
@@ -401,24 +490,47 @@ def _save_atomically(obj: Any, path: str | os.PathLike[str]) -> None:
         raise
 
 
+def _read_checkpoint(file: CheckpointFile) -> dict[str, Any]:
+    """The checkpoint dict in `file` (a path or a binary file object), on the CPU; a ValueError if
+    the file is not a training checkpoint."""
+    if not _is_path(file):
+        _expect_binary_file(file, "read")
+    where = _describe(file)
+    try:
+        # weights_only=False lets pickle rebuild Python's random state, and pickle can run
+        # code: load only checkpoints you made yourself.
+        checkpoint = torch.load(os.fspath(file) if _is_path(file) else file, map_location="cpu",
+                                weights_only=False)
+    except (pickle.UnpicklingError, EOFError, RuntimeError) as error:  # not something torch.save wrote
+        hint = "" if _is_path(file) else " (a file object is read from where it stands: seek(0) after saving)"
+        raise ValueError(f"{where} is not a training checkpoint: torch.load cannot read it "
+                         f"({type(error).__name__}: {error}){hint}") from error
+    required = [key for key in CHECKPOINT_KEYS if key not in OPTIONAL_CHECKPOINT_KEYS]
+    if not isinstance(checkpoint, dict):
+        raise ValueError(f"{where} is not a training checkpoint: it holds a {type(checkpoint).__name__}, "
+                         f"not a dict with {required}")
+    missing = [key for key in required if key not in checkpoint]
+    if missing:
+        raise ValueError(f"{where} is not a training checkpoint: it lacks {missing}")
+    return checkpoint
+
+
 def load_checkpoint(
-    path: str | os.PathLike[str],
+    file: CheckpointFile,
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
-    scaler: torch.amp.GradScaler,
-    generator: torch.Generator,
-) -> tuple[int, dict[str, Any]]:
-    """Restore a checkpoint from `save_checkpoint`; returns (step, history).
+    scaler: torch.amp.GradScaler | None = None,
+    generator: torch.Generator | None = None,
+) -> tuple[int, dict[str, Any] | None]:
+    """Restore a checkpoint from `save_checkpoint`; returns (step, history), history None if not stored.
 
-    Loads into `model`, `optimizer`, `scaler` and `generator` in place, and also restores
-    the global random states (torch, CUDA, Python's `random`) to where they were.
+    `file` is a path or a binary file object (read from where it stands: seek(0) after saving
+    into an io.BytesIO). Loads into `model` and `optimizer` in place, and also restores the
+    global random states (torch, CUDA, Python's `random`) to where they were. `scaler` and
+    `generator` are restored when given and stored; given None, a stored state is ignored;
+    not stored, they are left as they are.
     """
-    # weights_only=False lets pickle rebuild Python's random state, and pickle can run
-    # code: load only checkpoints you made yourself.
-    checkpoint = torch.load(os.fspath(path), map_location="cpu", weights_only=False)
-    missing = [key for key in CHECKPOINT_KEYS if key not in checkpoint]
-    if missing:
-        raise ValueError(f"{path} is not a training checkpoint: it lacks {missing}")
+    checkpoint = _read_checkpoint(file)
 
     model.load_state_dict(checkpoint["model"])
     # The checkpoint's param groups also carry the kernel choice of the machine that saved them (a CPU
@@ -427,16 +539,17 @@ def load_checkpoint(
     optimizer.load_state_dict(checkpoint["optimizer"])  # moves its state to the model's device
     for group, kernel in zip(optimizer.param_groups, kernels):
         group.update(kernel)
-    if checkpoint["scaler"]:  # empty when saved without fp16 (e.g. on a CPU)
+    if scaler is not None and checkpoint.get("scaler"):  # empty when saved without fp16 (e.g. on a CPU)
         scaler.load_state_dict(checkpoint["scaler"])
-    generator.set_state(checkpoint["batch_generator"])
+    if generator is not None and "batch_generator" in checkpoint:
+        generator.set_state(checkpoint["batch_generator"])
     torch.set_rng_state(checkpoint["torch_rng"])
     cuda_states = checkpoint["cuda_rng"]
     # Only on the same number of GPUs; elsewhere dropout just continues from a fresh stream.
     if cuda_states and torch.cuda.is_available() and len(cuda_states) == torch.cuda.device_count():
         torch.cuda.set_rng_state_all(cuda_states)
     random.setstate(checkpoint["python_rng"])
-    return checkpoint["step"], checkpoint["history"]
+    return checkpoint["step"], checkpoint.get("history")
 
 
 # --------------------------------------------------------------------------- the loop
@@ -534,9 +647,11 @@ def train(
 
     step, history = 0, new_history(device)
     if resuming:
-        step, history = load_checkpoint(
+        step, stored_history = load_checkpoint(
             config.checkpoint_path, model, optimizer, scaler, generator
         )
+        if stored_history is not None:  # None: saved without one, so the curves start at the checkpoint
+            history = stored_history
         history["device"] = str(device)
 
     # The same call every time; only the step it is recorded under changes.
@@ -603,3 +718,11 @@ def train(
     train_seconds = time.perf_counter() - train_started - eval_seconds  # ends after a read-back: synced
     history["tokens_per_sec"] = tokens_trained / train_seconds if step > first_step and train_seconds > 0 else 0.0
     return history
+
+
+__all__ = [
+    "GetBatch", "LossFn", "StepHook", "CheckpointFile", "CHECKPOINT_KEYS", "OPTIONAL_CHECKPOINT_KEYS",
+    "pick_device", "set_seed", "TrainConfig", "lr_at", "set_lr", "configure_optimizer", "amp_dtype",
+    "autocast_context", "make_grad_scaler", "default_loss", "clip_gradients", "train_step", "estimate_loss",
+    "save_checkpoint", "load_checkpoint", "new_history", "record_estimate", "train",
+]
