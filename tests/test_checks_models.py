@@ -215,49 +215,117 @@ def test_gpt_not_a_module_and_the_class_name_in_the_line(capfd):
 # parameter count
 # ----------------------------------------------------------------------------------------------
 
+# The configurations check_parameter_count uses (the first three visible, all eight in the hidden run),
+# each with its count worked out by hand, so that the check's formula is tested against fixed numbers,
+# not against a second copy of itself. Per layer: attention 4·(d² + d) (W_Q, W_K, W_V, W_O with biases),
+# FFN d·d_ff + d_ff + d_ff·d + d, LayerNorm 2·d; an encoder layer is attention + FFN + 2 LayerNorms, a
+# decoder layer 2 attentions + FFN + 3 LayerNorms; a table (token, output or learned position) shared or
+# tied is counted once; sinusoidal encodings are buffers; pre-LN adds one LayerNorm at each stack's end.
+PARAMETER_COUNT_CONFIGS = {
+    "base": tfcourse.models.TransformerConfig.base(),
+    "small": tfcourse.models.TransformerConfig(src_vocab_size=11, tgt_vocab_size=13, d_model=16, n_heads=2,
+                                               n_layers=1, d_ff=24),
+    "pre-LN learned": tfcourse.models.TransformerConfig(src_vocab_size=11, tgt_vocab_size=13, d_model=16,
+                                                        n_heads=2, n_layers=2, max_len=40, norm_first=True,
+                                                        positional="learned"),
+    # the hidden run's
+    "tiny shared learned": tfcourse.models.TransformerConfig(src_vocab_size=30, tgt_vocab_size=30, d_model=8,
+                                                             n_heads=2, n_layers=1, max_len=7, positional="learned",
+                                                             share_embeddings=True, tie_weights=True),
+    "pre-LN 3 layers": tfcourse.models.TransformerConfig(src_vocab_size=9, tgt_vocab_size=12, d_model=12,
+                                                         n_heads=3, n_layers=3, norm_first=True),
+    "shared, untied": tfcourse.models.TransformerConfig(src_vocab_size=20, tgt_vocab_size=20, d_model=16,
+                                                        n_heads=2, n_layers=2, share_embeddings=True),
+    "tied, unshared": tfcourse.models.TransformerConfig(src_vocab_size=20, tgt_vocab_size=30, d_model=8,
+                                                        n_heads=2, n_layers=3, tie_weights=True),
+    "wide shared": tfcourse.models.TransformerConfig(src_vocab_size=500, tgt_vocab_size=500, d_model=64,
+                                                     n_heads=8, n_layers=6, d_ff=256, share_embeddings=True,
+                                                     tie_weights=True),
+}
+PARAMETER_COUNTS = {
+    # d 512, d_ff 2048, 6 layers, vocab 37,000 shared three ways, sinusoidal, post-LN:
+    # attention 4·(512² + 512) = 1,050,624; FFN 512·2048 + 2048 + 2048·512 + 512 = 2,099,712; LayerNorm 1,024;
+    # encoder layer 1,050,624 + 2,099,712 + 2·1,024 = 3,152,384; decoder layer 2·1,050,624 + 2,099,712 + 3·1,024
+    # = 4,204,032; one table 37,000·512 = 18,944,000: 18,944,000 + 6·(3,152,384 + 4,204,032) = 63,082,496
+    "base": 63_082_496,
+    # d 16, d_ff 24, 1 layer, vocab 11/13, none shared: attention 4·(256 + 16) = 1,088; FFN 384 + 24 + 384 + 16
+    # = 808; LayerNorm 32; encoder 1,088 + 808 + 64 = 1,960; decoder 2,176 + 808 + 96 = 3,080;
+    # tables 11·16 + 13·16 + 16·13 = 592: 592 + 1,960 + 3,080 = 5,632
+    "small": 5_632,
+    # d 16, d_ff 64, 2 layers, vocab 11/13, learned positions (max_len 40), pre-LN: attention 1,088;
+    # FFN 1,024 + 64 + 1,024 + 16 = 2,128; encoder 1,088 + 2,128 + 64 = 3,280; decoder 2,176 + 2,128 + 96
+    # = 4,400; tables 592; position tables 2·40·16 = 1,280; final LayerNorms 2·32 = 64:
+    # 592 + 1,280 + 64 + 2·(3,280 + 4,400) = 17,296
+    "pre-LN learned": 17_296,
+    # d 8, d_ff 32, 1 layer, vocab 30 shared and tied, learned positions (max_len 7): attention 4·(64 + 8) = 288;
+    # FFN 256 + 32 + 256 + 8 = 552; encoder 288 + 552 + 32 = 872; decoder 576 + 552 + 48 = 1,176;
+    # one table 30·8 = 240; position tables 2·7·8 = 112: 240 + 112 + 872 + 1,176 = 2,400
+    "tiny shared learned": 2_400,
+    # d 12, d_ff 48, 3 layers, vocab 9/12, pre-LN: attention 4·(144 + 12) = 624; FFN 576 + 48 + 576 + 12 = 1,212;
+    # encoder 624 + 1,212 + 48 = 1,884; decoder 1,248 + 1,212 + 72 = 2,532; tables 9·12 + 12·12 + 12·12 = 396;
+    # final LayerNorms 2·24 = 48: 396 + 48 + 3·(1,884 + 2,532) = 13,692
+    "pre-LN 3 layers": 13_692,
+    # d 16, d_ff 64, 2 layers, vocab 20 shared, output untied: layers 2·(3,280 + 4,400) = 15,360;
+    # one input table 20·16 = 320, output 16·20 = 320: 640 + 15,360 = 16,000
+    "shared, untied": 16_000,
+    # d 8, d_ff 32, 3 layers, vocab 20/30, output tied to the target table: layers 3·(872 + 1,176) = 6,144;
+    # tables 20·8 + 30·8 = 400: 400 + 6,144 = 6,544
+    "tied, unshared": 6_544,
+    # d 64, d_ff 256, 6 layers, vocab 500 shared three ways: attention 4·(4,096 + 64) = 16,640;
+    # FFN 16,384 + 256 + 16,384 + 64 = 33,088; encoder 16,640 + 33,088 + 256 = 49,984;
+    # decoder 33,280 + 33,088 + 384 = 66,752; one table 500·64 = 32,000: 32,000 + 6·(49,984 + 66,752) = 732,416
+    "wide shared": 732_416,
+}
+# Each usual mistake: the first visible configuration where it changes the count, and the count it gives there.
+PARAMETER_COUNT_MISTAKES = {
+    # base without biases: 6·(encoder 4·512 + 2,048 + 512 + decoder 8·512 + 2,048 + 512) = 6·11,264 = 67,584 fewer
+    r"without the bias": ("base", 63_082_496 - 67_584),  # 63,014,912
+    # base without its 5 LayerNorms per layer pair: 6·5·1,024 = 30,720 fewer
+    "LayerNorm": ("base", 63_082_496 - 30_720),  # 63,051,776
+    # base's decoder layers without cross-attention and its LayerNorm: 6·(1,050,624 + 1,024) = 6,309,888 fewer
+    "cross-attention": ("base", 63_082_496 - 6_309_888),  # 56,772,608
+    # base's table counted for source, target and output: 2·18,944,000 = 37,888,000 more
+    "count it once": ("base", 63_082_496 + 37_888_000),  # 100,970,496
+    # base's output layer with a bias of 37,000
+    "output layer with a bias": ("base", 63_082_496 + 37_000),  # 63,119,496
+    # base's two sinusoidal encodings counted as 512·512 parameters each: 524,288 more
+    "fixed buffer": ("base", 63_082_496 + 524_288),  # 63,606,784
+    # pre-LN without its 2 final LayerNorms: 2·32 = 64 fewer
+    "final LayerNorms": ("pre-LN learned", 17_296 - 64),  # 17,232
+    # one learned position table, not two: 40·16 = 640 fewer
+    "each have their own": ("pre-LN learned", 17_296 - 640),  # 16,656
+    # no learned position tables: 2·40·16 = 1,280 fewer
+    r"without the learned position tables": ("pre-LN learned", 17_296 - 1_280),  # 16,016
+}
 
-def parameter_count(config, bias=True, norms=True, cross=True, once=True, output_bias=False, pe=False,
-                    final_norms=True, position_tables=2):
-    d = config.d_model
-    d_ff = config.d_ff if config.d_ff is not None else 4 * d
-    b = int(bias)
-    attention = 4 * (d * d + b * d)
-    ffn = d * d_ff + b * d_ff + d_ff * d + b * d
-    norm = 2 * d if norms else 0
-    encoder_layer = attention + ffn + 2 * norm
-    decoder_layer = (2 if cross else 1) * attention + ffn + (3 if cross else 2) * norm
-    embeddings = config.src_vocab_size * d
-    if not (config.share_embeddings and once):
-        embeddings += config.tgt_vocab_size * d
-    if not (config.tie_output and once):
-        embeddings += d * config.tgt_vocab_size
-    embeddings += config.tgt_vocab_size if output_bias else 0
-    if config.positional == "learned":
-        embeddings += position_tables * config.max_len * d  # each input layer has its own table
-    elif pe:
-        embeddings += 2 * config.max_len * d
-    final = 2 * norm if config.norm_first and final_norms else 0  # pre-LN: a LayerNorm ends each stack
-    return embeddings + final + config.n_layers * (encoder_layer + decoder_layer)
+
+def _config_name(config):
+    for name, known in PARAMETER_COUNT_CONFIGS.items():
+        if config == known:
+            return name
+    raise AssertionError(f"the check uses a configuration this test has no fixed count for: {config!r}")
+
+
+def parameter_count(config):
+    """A learner who counts every configuration right: the fixed count of each."""
+    return PARAMETER_COUNTS[_config_name(config)]
 
 
 def test_parameter_count_passes(capfd):
     assert_passes(check_parameter_count, parameter_count, capfd)
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"bias": False}, r"without the bias"),
-    ({"norms": False}, "LayerNorm"),
-    ({"cross": False}, "cross-attention"),
-    ({"once": False}, "count it once"),
-    ({"output_bias": True}, "output layer with a bias"),
-    ({"pe": True}, "fixed buffer"),
-    ({"final_norms": False}, "final LayerNorms"),
-    ({"position_tables": 1}, "each have their own"),
-    ({"position_tables": 0}, r"without the learned position tables"),
-])
-def test_parameter_count_mistakes_are_named(kwargs, message):
-    with pytest.raises(CheckFailed, match=message):
-        check_parameter_count(lambda config: parameter_count(config, **kwargs))
+@pytest.mark.parametrize("message", PARAMETER_COUNT_MISTAKES)
+def test_parameter_count_mistakes_are_named(message):
+    shows_in, mistaken = PARAMETER_COUNT_MISTAKES[message]
+
+    def with_the_mistake(config):  # right where the mistake changes nothing before, wrong where it shows
+        name = _config_name(config)
+        return mistaken if name == shows_in else PARAMETER_COUNTS[name]
+
+    with pytest.raises(CheckFailed, match=message) as failed:
+        check_parameter_count(with_the_mistake)
+    assert f"you got {mistaken:,}" in str(failed.value)
 
 
 def test_parameter_count_off_limits_and_stub():
