@@ -47,14 +47,17 @@ XDIST := -n $(TEST_JOBS) --maxprocesses=4 --dist loadfile --no-loadscope-reorder
 test: $(STAMP)  ## set up, then run the whole test suite (solution notebooks under nbval included)
 	$(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS)
 
-test-fast: $(STAMP)  ## the package and the checks only: no notebooks, no nbgrader (under a minute)
+test-fast: $(STAMP)  ## the package and the checks only: no notebooks, no nbgrader (50 s on an idle 2-CPU machine)
 	$(BIN)/python -m pytest tests -m "not slow" $(XDIST) $(PYTEST_ARGS)
 
 grade: $(STAMP)  ## grade your notebooks with the full tests (tfcourse grade)
 	$(BIN)/tfcourse grade
 
-bench: $(STAMP)  ## print the package's performance figures
-	$(BIN)/python -m tfcourse.course.bench
+# The figures go to the file the README's table quotes (tests/test_readme_figures.py compares them);
+# `make bench BENCH_ARGS="--only kv"` passes options through, BENCH_OUTPUT= prints only.
+BENCH_OUTPUT ?= benchmarks/latest.json
+bench: $(STAMP)  ## print the package's performance figures and write them to benchmarks/latest.json
+	$(BIN)/python -m tfcourse.course.bench $(if $(BENCH_OUTPUT),--output $(BENCH_OUTPUT)) $(BENCH_ARGS)
 
 solutions: $(STAMP)  ## run every solution notebook end to end (full mode) into runs/solutions/
 	$(BIN)/tfcourse run-solutions

@@ -1,5 +1,8 @@
 """The benchmark script runs and reports sane figures (timings are printed, never asserted)."""
 
+import datetime
+import json
+import os
 import random
 
 import pytest
@@ -64,3 +67,23 @@ def test_bench_baseline_and_time_to_loss_run():
     assert plain["steps"] == 3 and plain["tokens_per_sec"] > 0
     reached = bench.bench_time_to_loss(char_corpus(text), target=3.0, eval_interval=5, eval_steps=2)
     assert reached["step"] is not None and reached["val_loss"] < 3.0 and reached["seconds"] > 0
+
+
+def test_bench_main_writes_the_figures_with_the_machine_and_tables_them(tmp_path, capsys, monkeypatch):
+    kv = {"with_cache": 1.0, "without_cache": 6.0, "speedup": 6.0, "new_tokens": 500}
+    monkeypatch.setattr(bench, "bench_kv_cache", lambda: kv)
+    path = tmp_path / "benchmarks" / "latest.json"  # its folder is made
+    assert bench.main(["--only", "kv", "--output", str(path)]) == 0
+    assert f"figures written to {path}" in capsys.readouterr().out
+    report = json.loads(path.read_text(encoding="utf-8"))
+    assert report["command"] == f"tfcourse bench --only kv --output {path}"
+    assert datetime.datetime.fromisoformat(report["date"]).tzinfo is not None and report["seconds"] >= 0
+    assert report["machine"]["cpu_count"] == os.cpu_count() and report["machine"]["torch"] == torch.__version__
+    assert report["options"] == {"only": ["kv"], "train_steps": 300, "target_loss": 1.88}
+    assert report["targets"] == bench.TARGETS and report["results"] == {"kv": kv}
+    assert not list(path.parent.glob("*.partial"))
+    assert bench.main(["--table", str(path)]) == 0
+    table = capsys.readouterr().out
+    assert "| generating 500 tokens with the KV cache vs without | ≥ 5× faster | 6.0× (1.00 s vs 6.00 s) |" in table
+    assert table.startswith(f"Measured by `tfcourse bench --only kv --output {path}` on {report['date'][:10]}")
+

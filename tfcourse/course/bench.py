@@ -1,7 +1,11 @@
 """Benchmarks that print figures: `python -m tfcourse.course.bench` (or `tfcourse bench`, `make bench`).
 
 Timings on shared machines are noisy, so these are scripts that report, not tests that pass or
-fail; compare figures taken in one run. Targets (2-core CPU):
+fail; compare figures taken in one run. `--output FILE` also writes the figures to a JSON file
+with the machine they were taken on (CPUs, torch), the date, the options and the run's length;
+`make bench` writes benchmarks/latest.json, the file the README's table of measured figures
+quotes (tests/test_readme_figures.py compares the two; `--table FILE` prints that table).
+Targets (2-core CPU; TARGETS):
 - BPE training on Tiny Shakespeare to a vocabulary of 1,000: <= 10 s;
 - GPT training throughput, CPU recipe (4 layers, 4 heads, d_model 128, context 64, batch 12): >= 12,000 tokens/s,
   and at least as fast per step as the same-size model built from PyTorch's own modules, trained by
@@ -16,10 +20,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime
 import json
+import os
+import platform
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -31,6 +39,18 @@ from ..models import GPT
 from ..training.recipes import CPU_RECIPE  # nanoGPT's CPU recipe; lesson 08 trains it for 2,000 steps
 from ..tokenizers import train_bpe
 from ..training.loop import TrainConfig, train
+
+# The targets on a 2-core CPU (the README's "target" column, the printed lines, the JSON file).
+TARGETS = {
+    "bpe_seconds": 10.0,  # BPE training on Tiny Shakespeare to a vocabulary of 1,000: at most
+    "tokens_per_sec": 12_000,  # GPT training throughput, CPU recipe: at least
+    "ratio": 1.0,  # tfcourse's tokens/s over the plain PyTorch model's: at least
+    "seconds_to_loss": 80.0,  # wall time until the CPU recipe's val loss first falls below 1.88: at most
+    "kv_speedup": 5.0,  # generating 500 tokens with the KV cache vs without: at least
+    "first_check_seconds": 0.3,  # the first exercise check in a fresh process: at most
+}
+DEFAULT_TARGET_LOSS = 1.88  # nanoGPT's CPU figure
+BENCHMARKS = ["bpe", "train", "target", "kv", "check"]
 
 
 def bench_bpe(text: str, vocab_size: int = 1000) -> dict:
@@ -177,44 +197,137 @@ def bench_first_check(repeats: int = 3) -> dict:
     return {"first": min(r["first"] for r in runs), "second": min(r["second"] for r in runs), "repeats": repeats}
 
 
+def machine() -> dict:
+    """What the figures were taken on: CPUs (all, and those this process may use), the CPU's name,
+    torch's version and threads, Python, the platform."""
+    cpu = platform.processor()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            cpu = next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {"cpu_count": os.cpu_count(), "cpus_usable": usable, "cpu": cpu, "torch": torch.__version__,
+            "torch_threads": torch.get_num_threads(), "python": platform.python_version(),
+            "platform": platform.platform()}
+
+
+def write_report(path: Path, report: dict) -> None:
+    """`report` as JSON at `path` (its folder made if need be), whole or not at all."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    partial.replace(path)
+
+
+def _number(value: float, decimals: int) -> str:
+    return f"{value:,.{decimals}f}"
+
+
+def readme_table(report: dict) -> str:
+    """The README's table of benchmark figures from a report (`--output`'s file): the line naming
+    the run (its command, date and length) and the machine, then one row per benchmark with its
+    target and what was measured."""
+    m, results, t = report["machine"], report["results"], report["targets"]
+    lines = [f"Measured by `{report['command']}` on {report['date'][:10]} in {report['seconds']:.0f} s: "
+             f"{m['cpu_count']} CPUs ({m['cpu']}), "
+             f"torch {m['torch']}, {m['torch_threads']} threads.", "",
+             "| benchmark | target on a 2-core CPU | measured |", "| --- | --- | --- |"]
+    if "bpe" in results:
+        lines.append(f"| BPE training on Tiny Shakespeare to a vocabulary of 1,000 | ≤ {t['bpe_seconds']:g} s | "
+                     f"{_number(results['bpe']['seconds'], 2)} s |")
+    if "train" in results:
+        train_result = results["train"]
+        lines.append("| GPT training throughput, CPU recipe (4 layers, 4 heads, d_model 128, context 64, batch 12) | "
+                     f"≥ {t['tokens_per_sec']:,} tokens/s | {_number(train_result['tfcourse']['tokens_per_sec'], 0)} "
+                     f"tokens/s ({train_result['tfcourse']['steps']:,} steps) |")
+        lines.append("| the same, against the same-size GPT built from PyTorch's own modules "
+                     "(`nn.TransformerEncoderLayer`, pre-LN, GELU, tied output) in a plain loop, same optimizer, "
+                     f"same run | ratio ≥ {t['ratio']:.1f} | {_number(train_result['ratio'], 2)} "
+                     f"({_number(train_result['plain']['tokens_per_sec'], 0)} tokens/s) |")
+    if "target" in results:
+        r = results["target"]
+        reached = (f"{_number(r['seconds'], 1)} s (val {_number(r['val_loss'], 3)} < {r['target']:g} at step "
+                   f"{r['step']:,})" if r["step"] is not None else
+                   f"never below {r['target']:g}: best val {_number(r['val_loss'], 3)} in {_number(r['seconds'], 1)} s")
+        lines.append(f"| wall time until the CPU recipe's val loss first falls below {DEFAULT_TARGET_LOSS:g} "
+                     f"(`--target-loss`) | ≤ {t['seconds_to_loss']:g} s | {reached} |")
+    if "kv" in results:
+        r = results["kv"]
+        lines.append(f"| generating 500 tokens with the KV cache vs without | ≥ {t['kv_speedup']:g}× faster | "
+                     f"{_number(r['speedup'], 1)}× ({_number(r['with_cache'], 2)} s vs "
+                     f"{_number(r['without_cache'], 2)} s) |")
+    if "check" in results:
+        r = results["check"]
+        lines.append("| the first exercise check in a fresh process (lesson 05's LayerNorm check, timed after "
+                     f"`import torch`; `--only check`) | ≤ {t['first_check_seconds']:g} s | "
+                     f"{_number(r['first'], 2)} s (the second {_number(r['second'], 3)} s) |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(prog="tfcourse bench", description=__doc__.split("\n")[0])
-    parser.add_argument("--only", choices=["bpe", "train", "target", "kv", "check"], action="append",
+    parser.add_argument("--only", choices=BENCHMARKS, action="append",
                         help="run only this benchmark (repeatable); default: all")
     parser.add_argument("--train-steps", type=int, default=300, help="training steps to time (default 300)")
-    parser.add_argument("--target-loss", type=float, default=1.88,
-                        help="val loss for the time-to-target benchmark (default 1.88, nanoGPT's CPU figure)")
+    parser.add_argument("--target-loss", type=float, default=DEFAULT_TARGET_LOSS,
+                        help=f"val loss for the time-to-target benchmark (default {DEFAULT_TARGET_LOSS}, "
+                             "nanoGPT's CPU figure)")
+    parser.add_argument("--output", metavar="PATH", type=Path,
+                        help="also write the figures, the machine, the options, the date and the run's length "
+                             "to this JSON file (`make bench`: benchmarks/latest.json); default: print only")
+    parser.add_argument("--table", metavar="PATH", type=Path,
+                        help="print the README's table of figures from a file written by --output, and exit "
+                             "(runs nothing)")
     args = parser.parse_args(argv)
-    chosen = args.only or ["bpe", "train", "target", "kv", "check"]
+    if args.table is not None:
+        print(readme_table(json.loads(args.table.read_text(encoding="utf-8"))))
+        return 0
+    chosen = args.only or BENCHMARKS
+    t = TARGETS
+    started = time.perf_counter()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    results: dict = {}
     text = load_tiny_shakespeare() if {"bpe", "train", "target"} & set(chosen) else ""
     corpus = char_corpus(text) if {"train", "target"} & set(chosen) else None  # encoded once for both
     if "bpe" in chosen:
-        r = bench_bpe(text)
+        r = results["bpe"] = bench_bpe(text)
         print(f"BPE training, Tiny Shakespeare -> vocab {r['vocab_size']} ({r['merges']} merges): "
-              f"{r['seconds']:.2f} s   (target <= 10 s)")
+              f"{r['seconds']:.2f} s   (target <= {t['bpe_seconds']:g} s)")
     if "train" in chosen:
         ours, plain = bench_training(corpus, args.train_steps), bench_baseline(corpus, args.train_steps)
+        ratio = ours["tokens_per_sec"] / plain["tokens_per_sec"]
+        results["train"] = {"tfcourse": ours, "plain": plain, "ratio": ratio}
         print(f"GPT training, CPU recipe, {ours['steps']} steps: {ours['tokens_per_sec']:,.0f} tokens/s "
-              f"({1000 * CPU_RECIPE.tokens_per_step / ours['tokens_per_sec']:.1f} ms/step)   (target >= 12,000 tokens/s)")
+              f"({1000 * CPU_RECIPE.tokens_per_step / ours['tokens_per_sec']:.1f} ms/step)   "
+              f"(target >= {t['tokens_per_sec']:,} tokens/s)")
         print(f"the same model from PyTorch's modules, plain loop: {plain['tokens_per_sec']:,.0f} tokens/s "
               f"({1000 * CPU_RECIPE.tokens_per_step / plain['tokens_per_sec']:.1f} ms/step); "
-              f"ratio tfcourse / plain {ours['tokens_per_sec'] / plain['tokens_per_sec']:.2f}   (target >= 1.0)")
+              f"ratio tfcourse / plain {ratio:.2f}   (target >= {t['ratio']:.1f})")
     if "target" in chosen:
-        r = bench_time_to_loss(corpus, args.target_loss)
+        r = results["target"] = bench_time_to_loss(corpus, args.target_loss)
         if r["step"] is None:
             print(f"CPU recipe never reached val {r['target']}: best {r['val_loss']:.3f} in {r['seconds']:.1f} s")
         else:
             print(f"CPU recipe reached val {r['val_loss']:.3f} < {r['target']} at step {r['step']:,} after "
-                  f"{r['seconds']:.1f} s, evaluations included   (target <= 80 s)")
+                  f"{r['seconds']:.1f} s, evaluations included   (target <= {t['seconds_to_loss']:g} s)")
     if "kv" in chosen:
-        r = bench_kv_cache()
+        r = results["kv"] = bench_kv_cache()
         print(f"Generating {r['new_tokens']} tokens: {r['with_cache']:.2f} s with the KV cache, "
-              f"{r['without_cache']:.2f} s without: {r['speedup']:.1f}x faster   (target >= 5x)")
+              f"{r['without_cache']:.2f} s without: {r['speedup']:.1f}x faster   (target >= {t['kv_speedup']:g}x)")
     if "check" in chosen:
-        r = bench_first_check()
+        r = results["check"] = bench_first_check()
         print(f"First exercise check in a fresh process (LayerNorm, after import torch; best of {r['repeats']}): "
-              f"{r['first']:.2f} s, the second {r['second']:.3f} s   (target <= 0.3 s)")
+              f"{r['first']:.2f} s, the second {r['second']:.3f} s   (target <= {t['first_check_seconds']:g} s)")
+    if args.output is not None:
+        report = {"command": " ".join(["tfcourse bench", *argv]),
+                  "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                  "seconds": time.perf_counter() - started, "machine": machine(),
+                  "options": {"only": chosen, "train_steps": args.train_steps, "target_loss": args.target_loss},
+                  "targets": TARGETS, "results": results}
+        write_report(args.output, report)
+        print(f"figures written to {args.output}")
     return 0
 
 

@@ -71,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(run=_run_solutions)
     # Listed here for --help; main() hands their arguments straight to tfcourse.course.grade / tfcourse.course.bench.
     commands.add_parser("grade", help="grade your notebooks with the full tests (see `tfcourse grade -h`)")
-    commands.add_parser("bench", help="print the performance figures (see `tfcourse bench -h`)")
+    commands.add_parser("bench", help="print the performance figures, --output also into a JSON file "
+                        "(see `tfcourse bench -h`)")
     commands.add_parser("autograde", help="nbgrader autograde for a whole class, N submissions at a time "
                         "(see `tfcourse autograde -h`)")
     return parser
