@@ -79,7 +79,7 @@ def test_the_model_trains_without_jupyter_or_nbgrader_installed():
         from tfcourse.models import GPT, GPTConfig
         from tfcourse.training import TrainConfig, train
         data = torch.randint(0, 11, (500,))
-        model = GPT(GPTConfig(vocab_size=11, max_len=8, d_model=16, n_heads=2, n_layers=1))
+        model = GPT(GPTConfig.gpt(vocab_size=11, max_len=8, d_model=16, n_heads=2, n_layers=1))
         history = train(model, lambda split, g: get_batch(data, 4, 8, g),
                         TrainConfig(max_steps=2, warmup_steps=0, eval_interval=2, eval_steps=1, device="cpu",
                                     progress=False))

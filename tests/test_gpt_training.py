@@ -17,7 +17,7 @@ def _setup(dropout=0.0, seed=0):
     tokenizer = CharTokenizer.from_text(TEXT)
     data = torch.tensor(tokenizer.encode(TEXT))
     torch.manual_seed(seed)
-    model = GPT(GPTConfig(tokenizer.vocab_size, max_len=32, d_model=64, n_heads=4, n_layers=2, dropout=dropout))
+    model = GPT(GPTConfig.gpt(tokenizer.vocab_size, max_len=32, d_model=64, n_heads=4, n_layers=2, dropout=dropout))
 
     def batches(split, generator):
         return get_batch(data, 16, 32, generator)  # the same text for train and val: we want to overfit

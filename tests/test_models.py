@@ -19,7 +19,7 @@ def tiny_gpt(seed=0, **overrides):
     torch.manual_seed(seed)
     config = dict(vocab_size=23, max_len=32, d_model=32, n_heads=4, n_layers=2, dropout=0.0)
     config.update(overrides)
-    return GPT(GPTConfig(**config)).eval()
+    return GPT(GPTConfig.gpt(**config)).eval()
 
 
 def tiny_transformer(seed=0, **overrides):
@@ -159,7 +159,7 @@ def test_decoder_is_causal_and_encoder_sees_everything():
 
 
 def test_tied_and_shared_embeddings_are_one_tensor():
-    model = Transformer(TransformerConfig(20, 20, 16, 2, 1, share_embeddings=True, tie_output=True))
+    model = Transformer(TransformerConfig(20, 20, 16, 2, 1, share_embeddings=True, tie_weights=True))
     assert model.src_embed.token.weight is model.tgt_embed.token.weight is model.output.weight
     gpt = tiny_gpt()
     assert gpt.output.weight is gpt.embed.token.weight
@@ -167,10 +167,10 @@ def test_tied_and_shared_embeddings_are_one_tensor():
 
 def test_encoder_only_heads():
     torch.manual_seed(3)
-    classifier = EncoderOnly(EncoderOnlyConfig(vocab_size=30, n_classes=3, d_model=16, n_heads=2, n_layers=1))
+    classifier = EncoderOnly(EncoderOnlyConfig.bert(vocab_size=30, n_classes=3, d_model=16, n_heads=2, n_layers=1))
     ids = torch.randint(1, 30, (4, 9))
     assert classifier(ids).shape == (4, 3)
-    mlm = EncoderOnly(EncoderOnlyConfig(vocab_size=30, d_model=16, n_heads=2, n_layers=1)).eval()
+    mlm = EncoderOnly(EncoderOnlyConfig.bert(vocab_size=30, d_model=16, n_heads=2, n_layers=1)).eval()
     assert mlm(ids).shape == (4, 9, 30)
     # bidirectional: the first position's output depends on the last token
     later = ids.clone()
@@ -378,7 +378,7 @@ def test_positional_and_embedding_options_reach_the_input_layers():
     model = Transformer(TransformerConfig(11, 13, d_model=16, n_heads=2, n_layers=1, positional="learned"))
     assert isinstance(model.src_embed.position, LearnedPositionalEmbedding)
     assert isinstance(model.tgt_embed.position, LearnedPositionalEmbedding)
-    gpt = GPT(GPTConfig(vocab_size=11, d_model=16, n_heads=2, n_layers=1, positional="sinusoidal",
+    gpt = GPT(GPTConfig.gpt(vocab_size=11, d_model=16, n_heads=2, n_layers=1, positional="sinusoidal",
                         scale_embedding=True, tie_weights=False))
     assert isinstance(gpt.embed.position, SinusoidalPositionalEncoding)
     assert gpt.embed.token.scale == pytest.approx(4.0)
@@ -392,7 +392,7 @@ def _std(t: torch.Tensor) -> float:
 def test_gpt_init_is_fan_in_with_gpt2s_residual_scaling():
     torch.manual_seed(0)
     n_layers = 4
-    model = GPT(GPTConfig(vocab_size=500, d_model=256, n_heads=4, n_layers=n_layers))
+    model = GPT(GPTConfig.gpt(vocab_size=500, d_model=256, n_heads=4, n_layers=n_layers))
     residual_scale = 1 / math.sqrt(2 * n_layers)
     for name, module in model.named_modules():
         if isinstance(module, nn.Linear) and module is not model.output:
@@ -405,8 +405,30 @@ def test_gpt_init_is_fan_in_with_gpt2s_residual_scaling():
         assert _std(table) == pytest.approx(0.02, rel=0.05)
     for norm in (m for m in model.modules() if isinstance(m, LayerNorm)):
         assert torch.all(norm.weight == 1) and torch.all(norm.bias == 0)
-    untied = GPT(GPTConfig(vocab_size=500, d_model=256, n_heads=4, n_layers=1, tie_weights=False))
+    untied = GPT(GPTConfig.gpt(vocab_size=500, d_model=256, n_heads=4, n_layers=1, tie_weights=False))
     assert _std(untied.output.weight) == pytest.approx(0.02, rel=0.05)
+
+
+@pytest.mark.parametrize("variant", ["llama", "transformer_2017"])
+def test_every_decoder_variant_has_the_same_init_policy(variant):
+    """One policy for the one GPT: SwiGLU's w_down is a residual projection too, RMSNorm's gain starts
+    at 1, and a token table multiplied by sqrt(d_model) starts at N(0, 1/d_model)."""
+    torch.manual_seed(0)
+    n_layers, d_model = 4, 256
+    config = getattr(GPTConfig, variant)(500, d_model=d_model, n_heads=4, n_layers=n_layers, max_len=16)
+    model = GPT(config)
+    residual_scale = 1 / math.sqrt(2 * n_layers)
+    for name, module in model.named_modules():
+        if isinstance(module, nn.Linear) and module is not model.output:
+            std = module.in_features ** -0.5
+            if name.endswith(("self_attn.w_o", "ffn.linear2", "ffn.w_down")):
+                std *= residual_scale
+            assert _std(module.weight) == pytest.approx(std, rel=0.05), name
+    token_std = 0.02 if variant == "llama" else d_model ** -0.5  # the 2017 block scales its embeddings
+    assert _std(model.embed.token.weight) == pytest.approx(token_std, rel=0.05)
+    assert model.output.weight is model.embed.token.weight  # tied
+    gains = [m.weight for m in model.modules() if type(m).__name__ in ("RMSNorm", "LayerNorm")]
+    assert len(gains) == 2 * n_layers + (1 if config.norm_first else 0) and all(torch.all(g == 1) for g in gains)
 
 
 def test_transformer_init_is_xavier_with_scaled_token_tables():
@@ -424,13 +446,13 @@ def test_transformer_init_is_xavier_with_scaled_token_tables():
         # x sqrt(d_model): looked-up entries are of size 1, like the sin/cos they are added to
         assert _std(table * math.sqrt(d_model)) == pytest.approx(1.0, rel=0.05)
     tied = Transformer(TransformerConfig(300, 300, d_model=d_model, n_heads=4, n_layers=1, share_embeddings=True,
-                                         tie_output=True))
+                                         tie_weights=True))
     assert _std(tied.output.weight) == pytest.approx(d_model ** -0.5, rel=0.05)
 
 
 def test_encoder_only_init_is_berts():
     torch.manual_seed(0)
-    model = EncoderOnly(EncoderOnlyConfig(vocab_size=300, d_model=128, n_heads=4, n_layers=2))
+    model = EncoderOnly(EncoderOnlyConfig.bert(vocab_size=300, d_model=128, n_heads=4, n_layers=2))
     for name, module in model.named_modules():
         if isinstance(module, nn.Linear):
             assert _std(module.weight) == pytest.approx(0.02, rel=0.05), name
@@ -452,7 +474,7 @@ def test_range_check_runs_once_per_input_and_never_reads_an_accelerator(monkeypa
     # A 'meta' tensor has no values at all, so any read-back there raises.
     calls.clear()
     with torch.device("meta"):
-        logits = GPT(GPTConfig(vocab_size=23, max_len=16, d_model=32, n_heads=4, n_layers=2))(
+        logits = GPT(GPTConfig.gpt(vocab_size=23, max_len=16, d_model=32, n_heads=4, n_layers=2))(
             torch.zeros(2, 8, dtype=torch.long))
     assert logits.shape == (2, 8, 23) and calls == []
 
@@ -464,7 +486,7 @@ def test_debug_mode_checks_the_range_on_any_device(monkeypatch):
     calls = []
     monkeypatch.setattr(validation, "expect_ids_in_vocabulary", lambda *a, **k: calls.append(a[0].device.type))
     with torch.device("meta"):
-        GPT(GPTConfig(vocab_size=23, max_len=16, d_model=32, n_heads=4, n_layers=1))(torch.zeros(1, 4, dtype=torch.long))
+        GPT(GPTConfig.gpt(vocab_size=23, max_len=16, d_model=32, n_heads=4, n_layers=1))(torch.zeros(1, 4, dtype=torch.long))
     assert calls == ["meta"]
 
 

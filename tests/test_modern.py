@@ -1,5 +1,7 @@
-"""tfcourse.modern against independent references: torch.nn.RMSNorm, F.scaled_dot_product_attention with
-enable_gqa, and Hugging Face's Llama (rotary embedding, MLP, attention, the whole model) with copied weights."""
+"""tfcourse.modern and the LLaMA-style GPT against independent references: torch.nn.RMSNorm,
+F.scaled_dot_product_attention with enable_gqa, a complex-number RoPE written here, and Hugging Face's Llama
+(rotary embedding, MLP, attention, the whole model) with copied weights. Only the Hugging Face comparisons
+need `transformers` (the `pretrained` extra, which CI installs); the others run without it."""
 
 from __future__ import annotations
 
@@ -14,18 +16,22 @@ from torch import nn
 from tfcourse.attention import KVCache, causal_mask, padding_mask
 from tfcourse.data import get_batch
 from tfcourse.ffn import PositionwiseFeedForward
-from tfcourse.modern import (GroupedQueryAttention, ModernGPT, ModernGPTConfig, RMSNorm, SwiGLUFeedForward,
-                             ablation_configs, apply_rope, cache_bytes, grouped_query_attention, kv_cache_bytes,
-                             repeat_kv, rope_cos_sin, rotate_half, swiglu_hidden_size)
-from tfcourse.models import count_parameters
+from tfcourse.models import GPT, GPTConfig, ablation_configs, count_parameters
+from tfcourse.modern import (GroupedQueryAttention, RMSNorm, SwiGLUFeedForward, apply_rope, cache_bytes,
+                             grouped_query_attention, kv_cache_bytes, repeat_kv, rope_cos_sin, rope_rows_to_half,
+                             rotary, rotate_half, swiglu_hidden_size)
 from tfcourse.training import TrainConfig, train
 
-transformers = pytest.importorskip("transformers")  # the `pretrained` extra: CI installs it
-from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
-from transformers.models.llama import modeling_llama  # noqa: E402
+try:  # the `pretrained` extra
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers.models.llama import modeling_llama
+except ImportError:
+    modeling_llama = None
+needs_transformers = pytest.mark.skipif(modeling_llama is None, reason="compares with Hugging Face's Llama: "
+                                        "install the `pretrained` extra (transformers)")
 
 
-def _llama_config(**overrides) -> LlamaConfig:
+def _llama_config(**overrides) -> "LlamaConfig":
     fields = dict(vocab_size=50, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
                   num_key_value_heads=2, max_position_embeddings=64, rms_norm_eps=1e-6, tie_word_embeddings=True,
                   attention_bias=False, mlp_bias=False)
@@ -67,6 +73,7 @@ def test_rms_norm_of_zeros_is_finite_and_it_has_no_bias():
 # ----------------------------------------------------------------------------------------------
 
 
+@needs_transformers
 def test_swiglu_equals_llama_mlp():
     torch.manual_seed(1)
     config = _llama_config(hidden_size=24, intermediate_size=64)
@@ -101,6 +108,7 @@ def test_swiglu_keeps_the_relu_ffns_parameter_count(d_model):
 # ----------------------------------------------------------------------------------------------
 
 
+@needs_transformers
 @pytest.mark.parametrize(("d_head", "length", "offset", "base"), [(16, 7, 0, 10000.0), (8, 1, 5, 10000.0),
                                                                   (32, 12, 30, 500000.0), (2, 3, 0, 10.0)])
 def test_rope_equals_llamas_rotary_embedding_exactly(d_head, length, offset, base):
@@ -152,6 +160,103 @@ def test_interleaved_rope_is_the_half_split_one_after_a_permutation():
     assert not torch.allclose(apply_rope(x), interleaved)  # without the permutation they differ
 
 
+def _complex_rope(x: torch.Tensor, positions: torch.Tensor, base: float, layout: str) -> torch.Tensor:
+    """RoPE as RoFormer writes it: every pair is a complex number, multiplied by e^(i * position * theta_j).
+    x (B, heads, T, d) in float64; positions (T,) or (B, T)."""
+    d = x.shape[-1]
+    if layout == "interleaved":
+        pairs = x.reshape(*x.shape[:-1], d // 2, 2)
+        z = torch.complex(pairs[..., 0], pairs[..., 1])  # (..., d/2)
+    else:
+        z = torch.complex(x[..., : d // 2], x[..., d // 2:])
+    theta = base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)  # (d/2,)
+    angle = positions.double()[..., None] * theta  # (T, d/2) or (B, T, d/2)
+    if angle.dim() == 3:
+        angle = angle[:, None]  # (B, 1, T, d/2): every head alike
+    turned = z * torch.polar(torch.ones_like(angle), angle)
+    if layout == "interleaved":
+        return torch.stack([turned.real, turned.imag], dim=-1).reshape(x.shape)
+    return torch.cat([turned.real, turned.imag], dim=-1)
+
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+@pytest.mark.parametrize(("positions", "base"), [("offset 0", 10000.0), ("offset 7", 10000.0), ("offset 3", 500000.0),
+                                                 ("per token", 10000.0), ("per token", 10.0)])
+def test_rotary_equals_a_complex_number_rope(layout, positions, base):
+    torch.manual_seed(11)
+    x = torch.randn(3, 2, 6, 16, dtype=torch.float64)  # (B, heads, T, d_head)
+    if positions == "per token":  # e.g. left padding: each row starts at its own position, one jumps
+        given = torch.tensor([[0, 1, 2, 3, 4, 5], [0, 0, 0, 1, 2, 3], [9, 10, 11, 20, 21, 22]])  # (B, T)
+        ours = rotary(x, given, base, layout)
+    else:
+        offset = int(positions.split()[1])
+        given = torch.arange(offset, offset + 6)
+        ours = rotary(x, offset, base, layout)
+        torch.testing.assert_close(rotary(x, given, base, layout), ours, atol=0, rtol=0)  # (T,) = the offset
+    torch.testing.assert_close(ours, _complex_rope(x, given, base, layout), atol=1e-5, rtol=1e-5)
+
+
+def test_rotary_with_the_half_layout_is_the_lessons_apply_rope_exactly():
+    torch.manual_seed(12)
+    x = torch.randn(2, 4, 9, 8)
+    for offset, base in [(0, 10000.0), (5, 10000.0), (3, 50.0)]:
+        assert torch.equal(rotary(x, offset, base), apply_rope(x, offset, base))
+    with pytest.raises(ValueError, match="positions must be integers of shape"):
+        rotary(x, torch.zeros(2, 5, dtype=torch.long))  # T = 9, not 5
+    with pytest.raises(ValueError, match="layout must be one of"):
+        rotary(x, layout="pairs")
+
+
+def test_permuting_the_rows_of_w_q_and_w_k_turns_an_interleaved_model_into_a_half_split_one():
+    """A LLaMA-style GPT trained with interleaved RoPE, its W_q and W_k rows permuted (rope_rows_to_half):
+    the same logits from the half-split model, with and without a cache."""
+    torch.manual_seed(13)
+    shape = dict(max_len=16, d_model=32, n_heads=4, n_kv_heads=2, n_layers=2)
+    interleaved = GPT(GPTConfig.llama(30, rope_layout="interleaved", **shape)).eval()
+    half = GPT(GPTConfig.llama(30, **shape)).eval()
+    state = interleaved.state_dict()
+    for name in list(state):
+        if name.endswith(("self_attn.w_q.weight", "self_attn.w_k.weight")):
+            heads = 4 if "w_q" in name else 2
+            state[name] = rope_rows_to_half(state[name], heads)
+    half.load_state_dict(state)
+    ids = torch.randint(0, 30, (2, 10))
+    with torch.no_grad():
+        torch.testing.assert_close(half(ids), interleaved(ids), atol=1e-5, rtol=1e-4)
+        unconverted = GPT(GPTConfig.llama(30, **shape)).eval()
+        unconverted.load_state_dict(interleaved.state_dict())
+        assert not torch.allclose(unconverted(ids), interleaved(ids), atol=1e-3)  # the layout matters
+        caches = half.make_caches()
+        stepwise = torch.cat([half(ids[:, :6], caches), half(ids[:, 6:], caches)], dim=1)
+        torch.testing.assert_close(stepwise, interleaved(ids), atol=1e-5, rtol=1e-4)
+
+
+def test_gqa_takes_one_position_per_token():
+    """(B, T) positions: each row as if it were alone with its own positions (packed or left-padded batches).
+    A shift of all of a row's positions changes nothing (RoPE sees offsets only); a gap does."""
+    torch.manual_seed(14)
+    attention = GroupedQueryAttention(32, 4, 2).eval()
+    x = torch.randn(3, 5, 32)
+    rows = [torch.arange(5), torch.arange(7, 12), torch.tensor([0, 1, 2, 10, 11])]
+    with torch.no_grad():
+        together = attention(x, causal_mask(5), positions=torch.stack(rows))  # positions (B, T)
+        for b, positions in enumerate(rows):
+            alone = attention(x[b:b + 1], causal_mask(5), positions=positions)
+            torch.testing.assert_close(together[b:b + 1], alone, atol=1e-6, rtol=1e-5)
+        default = attention(x, causal_mask(5))  # positions 0 .. T-1
+    torch.testing.assert_close(together[1], default[1], atol=1e-5, rtol=1e-4)  # shifted: the same
+    assert not torch.allclose(together[2, 3:], default[2, 3:], atol=1e-3)  # after the gap: different
+
+
+@pytest.mark.parametrize("eps", [1e-5, 1e-6])
+def test_the_configs_rms_norm_epsilon_reaches_every_norm(eps):
+    model = GPT(GPTConfig.llama(10, max_len=8, d_model=16, n_heads=2, n_layers=2, norm_eps=eps))
+    norms = [m for m in model.modules() if isinstance(m, RMSNorm)]
+    assert len(norms) == 2 * 2 + 1 and all(norm.eps == eps for norm in norms)  # two per block and the final one
+    x = 0.01 * torch.randn(3, 16) + 0.5  # a small spread: eps matters
+    torch.testing.assert_close(norms[0](x), nn.RMSNorm(16, eps=eps)(x), atol=1e-6, rtol=1e-5)
+
+
 def test_rope_refuses_an_odd_head_size():
     with pytest.raises(ValueError, match="even d_head"):
         apply_rope(torch.zeros(1, 2, 3, 5))
@@ -170,14 +275,16 @@ def test_grouped_query_attention_equals_torchs_enable_gqa(n_heads, n_kv_heads, t
     k, v = torch.randn(2, n_kv_heads, t_k, 8), torch.randn(2, n_kv_heads, t_k, 8)
     mask = causal_mask(t_q, t_k)
     ours = grouped_query_attention(q, k, v, mask)
+    n_rep = n_heads // n_kv_heads
+    # kv head j serves query heads j * n_rep .. (j + 1) * n_rep - 1 (Hugging Face's repeat_kv, written out)
+    repeated = k[:, :, None].expand(2, n_kv_heads, n_rep, t_k, 8).reshape(2, n_heads, t_k, 8)
+    assert torch.equal(repeat_kv(k, n_rep), repeated)
     if "enable_gqa" in (F.scaled_dot_product_attention.__doc__ or ""):
         theirs = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
-    else:  # older torch: the same heads repeated by hand (Hugging Face's repeat_kv)
-        n_rep = n_heads // n_kv_heads
-        theirs = F.scaled_dot_product_attention(q, modeling_llama.repeat_kv(k, n_rep),
-                                                modeling_llama.repeat_kv(v, n_rep), attn_mask=mask)
+    else:  # older torch: the same heads repeated by hand
+        values = v[:, :, None].expand(2, n_kv_heads, n_rep, t_k, 8).reshape(2, n_heads, t_k, 8)
+        theirs = F.scaled_dot_product_attention(q, repeated, values, attn_mask=mask)
     torch.testing.assert_close(ours, theirs, atol=1e-6, rtol=1e-5)
-    torch.testing.assert_close(repeat_kv(k, n_heads // n_kv_heads), modeling_llama.repeat_kv(k, n_heads // n_kv_heads))
 
 
 def test_grouped_query_attention_refuses_heads_that_do_not_group():
@@ -187,6 +294,7 @@ def test_grouped_query_attention_refuses_heads_that_do_not_group():
         GroupedQueryAttention(24, 6, 4)
 
 
+@needs_transformers
 @pytest.mark.parametrize("n_kv_heads", [1, 2, 4])
 def test_gqa_module_equals_llama_attention(n_kv_heads):
     torch.manual_seed(6)
@@ -239,8 +347,8 @@ def test_padding_masks_work_in_both_paths():
 @pytest.mark.parametrize(("n_kv_heads", "dtype"), [(8, torch.float32), (2, torch.float32), (1, torch.float64),
                                                    (4, torch.bfloat16)])
 def test_kv_cache_bytes_formula_equals_the_measured_cache(n_kv_heads, dtype):
-    config = ModernGPTConfig.llama(40, max_len=32, d_model=64, n_heads=8, n_kv_heads=n_kv_heads, n_layers=3)
-    model = ModernGPT(config).to(dtype).eval()
+    config = GPTConfig.llama(40, max_len=32, d_model=64, n_heads=8, n_kv_heads=n_kv_heads, n_layers=3)
+    model = GPT(config).to(dtype).eval()
     caches = model.make_caches()
     ids = torch.randint(0, 40, (2, 10))
     with torch.no_grad():
@@ -258,26 +366,27 @@ def test_kv_cache_bytes_formula_equals_the_measured_cache(n_kv_heads, dtype):
 # ----------------------------------------------------------------------------------------------
 
 
-def _load_llama_weights(ours: ModernGPT, theirs: LlamaForCausalLM, n_layers: int) -> None:
+def _load_llama_weights(ours: GPT, theirs: "LlamaForCausalLM", n_layers: int) -> None:
     weights = theirs.state_dict()
     names = {"self_attn.w_q": "self_attn.q_proj", "self_attn.w_k": "self_attn.k_proj",
              "self_attn.w_v": "self_attn.v_proj", "self_attn.w_o": "self_attn.o_proj", "ffn.w_gate": "mlp.gate_proj",
              "ffn.w_up": "mlp.up_proj", "ffn.w_down": "mlp.down_proj", "norm1": "input_layernorm",
              "norm2": "post_attention_layernorm"}
-    state = {"token.weight": weights["model.embed_tokens.weight"], "norm.weight": weights["model.norm.weight"],
-             "output.weight": weights["lm_head.weight"]}
+    state = {"embed.token.weight": weights["model.embed_tokens.weight"],
+             "blocks.norm.weight": weights["model.norm.weight"], "output.weight": weights["lm_head.weight"]}
     for i in range(n_layers):
         for a, b in names.items():
-            state[f"blocks.{i}.{a}.weight"] = weights[f"model.layers.{i}.{b}.weight"]
+            state[f"blocks.layers.{i}.{a}.weight"] = weights[f"model.layers.{i}.{b}.weight"]
     ours.load_state_dict(state)
 
 
+@needs_transformers
 @pytest.mark.parametrize("n_kv_heads", [1, 2, 4])
 def test_the_llama_variant_equals_hugging_faces_llama(n_kv_heads):
     torch.manual_seed(9)
     theirs = LlamaForCausalLM(_llama_config(num_key_value_heads=n_kv_heads)).eval()
-    ours = ModernGPT(ModernGPTConfig.llama(50, max_len=64, d_model=32, n_heads=4, n_kv_heads=n_kv_heads,
-                                           n_layers=2, d_ff=48)).eval()
+    ours = GPT(GPTConfig.llama(50, max_len=64, d_model=32, n_heads=4, n_kv_heads=n_kv_heads,
+                               n_layers=2, d_ff=48)).eval()
     _load_llama_weights(ours, theirs, 2)
     ids = torch.randint(0, 50, (2, 11))
     with torch.no_grad():
@@ -292,8 +401,9 @@ def test_the_ablation_variants_differ_only_where_they_say():
     fields = {name: dataclasses.asdict(c) for name, c in variants.items()}
     first, second, third = fields.values()
     assert {k for k in first if first[k] != second[k]} == {"norm_first"}
-    assert {k for k in second if second[k] != third[k]} == {"norm", "ffn", "positional", "bias"}
-    counts = [count_parameters(ModernGPT(c)) for c in variants.values()]
+    assert {k for k in second if second[k] != third[k]} == {"norm", "norm_eps", "activation", "positional", "bias",
+                                                            "scale_embedding"}
+    counts = [count_parameters(GPT(c)) for c in variants.values()]
     assert counts[1] - counts[0] == 2 * 48  # pre-LN's final LayerNorm (gain and bias)
     # SwiGLU at 2/3 width holds the ReLU FFN's matrices; the modern variant drops the biases and LayerNorm's shift.
     assert 0 < counts[0] - counts[2] < 0.02 * counts[0]
@@ -303,7 +413,7 @@ def test_the_ablation_variants_differ_only_where_they_say():
 def test_every_variant_trains_and_its_cache_matches_the_whole_sequence(name, one_thread):
     config = ablation_configs(20, max_len=16, d_model=32, n_heads=4, n_kv_heads=2, n_layers=2)[name]
     torch.manual_seed(10)
-    model = ModernGPT(config)
+    model = GPT(config)
     data = torch.arange(400) % 20  # a repeating sequence: easy to learn
     history = train(model, lambda split, g: get_batch(data, 8, 16, g),
                     TrainConfig(max_steps=100, warmup_steps=4, eval_interval=100, eval_steps=2, lr=3e-3, device="cpu",
@@ -315,7 +425,7 @@ def test_every_variant_trains_and_its_cache_matches_the_whole_sequence(name, one
         whole = model(ids)
         caches = model.make_caches()
         stepwise = torch.cat([model(ids[:, :4], caches), model(ids[:, 4:5], caches), model(ids[:, 5:], caches)], dim=1)
-        for c in model.blocks:  # the explicit path gives the same
+        for c in model.blocks.layers:  # the explicit path gives the same
             c.self_attn.fused = False
         explicit = model(ids)
     torch.testing.assert_close(stepwise, whole, atol=1e-5, rtol=1e-4)
@@ -323,14 +433,16 @@ def test_every_variant_trains_and_its_cache_matches_the_whole_sequence(name, one
 
 
 def test_the_model_refuses_bad_input_and_bad_configs():
-    model = ModernGPT(ModernGPTConfig.llama(10, max_len=8, d_model=16, n_heads=2, n_layers=1))
+    model = GPT(GPTConfig.llama(10, max_len=8, d_model=16, n_heads=2, n_layers=1))
     with pytest.raises(ValueError, match="max_len=8"):
         model(torch.zeros(1, 9, dtype=torch.long))
     with pytest.raises(ValueError, match=r"outside the vocabulary \[0, 10\)"):
         model(torch.full((1, 3), 10))
     with pytest.raises(TypeError, match="integer tensor"):
         model(torch.zeros(1, 3))
-    with pytest.raises(ValueError, match="ffn must be one of"):
-        ModernGPTConfig(10, ffn="geglu")
+    with pytest.raises(ValueError, match="activation must be one of"):
+        GPTConfig(10, activation="geglu")
     with pytest.raises(ValueError, match="n_kv_heads"):
-        ModernGPTConfig(10, d_model=48, n_heads=6, n_kv_heads=4)
+        GPTConfig(10, d_model=48, n_heads=6, n_kv_heads=4)
+    with pytest.raises(ValueError, match="rope_layout must be"):
+        GPTConfig.llama(10, rope_layout="pairs")

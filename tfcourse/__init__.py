@@ -10,10 +10,12 @@ Three layers, each importing only the ones above it.
     ffn.py         position-wise feed-forward network (and the worked example's weights)
     blocks.py      residual + LayerNorm; encoder and decoder layers and stacks
     output.py      linear -> softmax; stable log-softmax and cross-entropy
-    models.py      encoder-decoder Transformer, GPT, encoder-only (BERT-style); table 3-1's shapes
+    models.py      encoder-decoder Transformer, GPT (one decoder-only stack: the 2017 block, GPT-2, LLaMA-style),
+                   encoder-only (BERT-style); table 3-1's shapes
+    config_fields.py  the one vocabulary of the model configs: each field's name, meaning and default
     decoding.py    greedy, temperature, top-k, top-p, beam search
     rnn.py         the recurrent network the Transformer replaced (lesson 10)
-    modern.py      the modern block: RMSNorm, SwiGLU, RoPE, grouped-query attention; ModernGPT (lesson 11)
+    modern.py      the modern block's parts: RMSNorm, SwiGLU, RoPE (both pair layouts), grouped-query attention (lesson 11)
     pretrained.py  GPT-2's checkpoint layout -> the course GPT (Conv1D, fused c_attn, tied head) (lesson 12)
     validation.py  the input checks every module shares
 

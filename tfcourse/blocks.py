@@ -20,12 +20,7 @@ from torch import Tensor, nn
 
 from .attention import KVCache, MultiHeadAttention
 from .ffn import PositionwiseFeedForward
-from .validation import expect_tensor, shape_str
-
-
-def _check_features(x: Tensor, d_model: int) -> None:
-    if x.shape[-1] != d_model:
-        raise ValueError(f"x must end in d_model={d_model}, got shape {shape_str(x)}")
+from .validation import expect_features, expect_tensor
 
 
 class LayerNorm(nn.Module):
@@ -43,8 +38,7 @@ class LayerNorm(nn.Module):
         self.bias = nn.Parameter(torch.zeros(d_model))
 
     def forward(self, x: Tensor) -> Tensor:
-        expect_tensor(x, "x", expected="(..., d_model)")
-        _check_features(x, self.d_model)
+        expect_features(x, self.d_model)
         # The formula is `layer_norm` below, step by step; torch.layer_norm computes the same in one
         # fused kernel, forward and backward (training steps ~13 % faster on a CPU; tests prove they agree).
         return torch.layer_norm(x, (self.d_model,), self.weight, self.bias, self.eps)

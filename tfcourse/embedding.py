@@ -109,6 +109,19 @@ class LearnedPositionalEmbedding(nn.Module):
         return x + self.weight[offset : offset + length]  # (T, d_model) broadcasts over B
 
 
+class NoPositions(nn.Module):
+    """Nothing added: positions enter elsewhere (RoPE rotates queries and keys inside attention), or not
+    at all (an ablation). The input still may not be longer than max_len."""
+
+    def __init__(self, max_len: int):
+        super().__init__()
+        self.max_len = max_len
+
+    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
+        _check_positions(x, offset, self.max_len)
+        return x
+
+
 class InputEmbedding(nn.Module):
     """The input layer: X = dropout(TokenEmbedding(ids) + PE). `offset` is the position of ids[:, 0]
     (non-zero when generating with a key/value cache)."""
@@ -131,8 +144,10 @@ class InputEmbedding(nn.Module):
             self.position: nn.Module = SinusoidalPositionalEncoding(d_model, max_len)
         elif positional == "learned":
             self.position = LearnedPositionalEmbedding(d_model, max_len)
+        elif positional == "none":
+            self.position = NoPositions(max_len)
         else:
-            raise ValueError(f"positional must be 'sinusoidal' or 'learned', got {positional!r}")
+            raise ValueError(f"positional must be 'sinusoidal', 'learned' or 'none', got {positional!r}")
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, ids: Tensor, offset: int = 0) -> Tensor:
@@ -144,5 +159,6 @@ __all__ = [
     "sinusoidal_positional_encoding",
     "SinusoidalPositionalEncoding",
     "LearnedPositionalEmbedding",
+    "NoPositions",
     "InputEmbedding",
 ]

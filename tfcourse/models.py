@@ -12,25 +12,38 @@ tgt ids -> InputEmbedding -> Decoder(H) -> Linear -> logits (softmax gives next-
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from .attention import KVCache, causal_mask, padding_mask
-from .blocks import Decoder, DecoderLayerCache, Encoder, LayerNorm
+from .attention import KVCache, MultiHeadAttention, causal_mask, padding_mask
+from .blocks import Decoder, DecoderLayerCache, Encoder, EncoderLayer, LayerNorm
+from .config_fields import check_choices
 from .embedding import InputEmbedding, LearnedPositionalEmbedding, TokenEmbedding
+from .ffn import PositionwiseFeedForward
+from .modern import GroupedQueryAttention, RMSNorm, SwiGLUFeedForward
 from .validation import expect_divisible, expect_tensor
 
 
-def _check_dims(d_model: int, n_heads: int, d_ff: int | None, dropout: float) -> None:
-    expect_divisible(d_model, n_heads)
-    if d_ff is not None and d_ff < 1:
-        raise ValueError(f"d_ff must be positive, got {d_ff}")
-    if not 0.0 <= dropout < 1.0:
-        raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+def _check_config(config: Any) -> None:
+    """The checks every config shares: sizes that fit together, options among their choices."""
+    expect_divisible(config.d_model, config.n_heads)
+    if config.d_ff is not None and config.d_ff < 1:
+        raise ValueError(f"d_ff must be positive, got {config.d_ff}")
+    if not 0.0 <= config.dropout < 1.0:
+        raise ValueError(f"dropout must be in [0, 1), got {config.dropout}")
+    check_choices(config)
+
+
+def _no_rope(config: Any) -> None:
+    if config.positional == "rope":
+        raise ValueError(f"positional='rope' rotates queries and keys inside attention: only the decoder-only GPT "
+                         f"does it; {type(config).__name__} takes 'sinusoidal', 'learned' or 'none'")
 
 
 def layer_options(config: Any) -> dict[str, Any]:
@@ -58,10 +71,11 @@ def _init_linears(model: nn.Module, init: Any) -> None:
 
 
 def _init_layer_norms(model: nn.Module) -> None:
-    """LayerNorm starts as the plain normalisation: gain 1, bias 0."""
+    """LayerNorm and RMSNorm start as the plain normalisation: gain 1 (LayerNorm's bias 0)."""
     for module in model.modules():
-        if isinstance(module, LayerNorm):
+        if isinstance(module, (LayerNorm, RMSNorm)):
             nn.init.ones_(module.weight)
+        if isinstance(module, LayerNorm):
             nn.init.zeros_(module.bias)
 
 
@@ -77,10 +91,22 @@ def init_transformer_weights(model: nn.Module) -> None:
             nn.init.normal_(module.weight, std=module.d_model ** -0.5)
 
 
+def _token_std(table: TokenEmbedding) -> float:
+    return 0.02 if table.scale == 1.0 else table.d_model ** -0.5
+
+
+# The two projections of every block that write into the residual stream: attention's W^O and the
+# FFN's last layer (linear2 of the ReLU/GELU FFN, w_down of SwiGLU).
+RESIDUAL_PROJECTIONS = ("self_attn.w_o.weight", "ffn.linear2.weight", "ffn.w_down.weight")
+
+
 def init_gpt_weights(model: nn.Module, n_layers: int) -> None:
-    """GPT-2's policy with a width-aware scale: every linear layer N(0, 1/fan_in), biases 0, and the
-    two projections that write into the residual stream (attention's W^O, the FFN's second linear)
-    a further 1/sqrt(2 n_layers); token and position tables N(0, 0.02); an untied output layer too.
+    """GPT-2's policy with a width-aware scale, for every decoder-only variant alike (the 2017 block,
+    GPT-2, the LLaMA-style block): every linear layer N(0, 1/fan_in), biases 0, norms' gains 1, and
+    the projections that write into the residual stream (RESIDUAL_PROJECTIONS) a further
+    1/sqrt(2 n_layers); position tables and an untied output layer N(0, 0.02); the token table
+    N(0, 0.02), or N(0, 1/d_model) when it is multiplied by sqrt(d_model) (scale_embedding: its
+    entries are then about 1 in size, as TokenEmbedding explains).
 
     Why 1/sqrt(fan_in): each projection's output then has the size of its input, at any width.
     GPT-2's fixed 0.02 is about that value at its width (768: 1/sqrt(768) = 0.036) but far too small
@@ -97,11 +123,19 @@ def init_gpt_weights(model: nn.Module, n_layers: int) -> None:
                 nn.init.zeros_(module.bias)
     _init_layer_norms(model)
     output = getattr(model, "output", None)
+    tables = [m for m in model.modules() if isinstance(m, TokenEmbedding)]
     for module in model.modules():
-        if isinstance(module, (TokenEmbedding, LearnedPositionalEmbedding)) or module is output:
-            nn.init.normal_(module.weight, std=0.02)  # a tied output layer is the token table itself
+        if isinstance(module, TokenEmbedding):
+            nn.init.normal_(module.weight, std=_token_std(module))
+        elif isinstance(module, LearnedPositionalEmbedding):
+            nn.init.normal_(module.weight, std=0.02)
+        elif module is output:
+            # A tied output layer is the token table: drawn once more with the table's std (as the course's
+            # recorded runs were), an untied one N(0, 0.02).
+            tied_to = [t for t in tables if t.weight is output.weight]
+            nn.init.normal_(output.weight, std=_token_std(tied_to[0]) if tied_to else 0.02)
     for name, parameter in model.named_parameters():
-        if name.endswith(("self_attn.w_o.weight", "ffn.linear2.weight")):
+        if name.endswith(RESIDUAL_PROJECTIONS):
             with torch.no_grad():
                 parameter.div_(math.sqrt(2 * n_layers))
 
@@ -134,13 +168,14 @@ class TransformerConfig:
     norm_first: bool = False  # False: post-LN as in the paper; True: pre-LN
     positional: str = "sinusoidal"  # "sinusoidal" (paper) or "learned"
     share_embeddings: bool = False  # one table for source and target (needs a shared vocabulary)
-    tie_output: bool = False  # output layer reuses the target embedding matrix (paper, section 3.4)
+    tie_weights: bool = False  # output layer reuses the target embedding matrix (paper, section 3.4)
     pad_id: int = 0  # padding token: masked out of attention
     activation: str = "relu"  # the paper's FFN; "gelu" for the later variants
     fused_attention: bool = False  # torch's fused attention kernel (same result, faster, no weights returned)
 
     def __post_init__(self) -> None:
-        _check_dims(self.d_model, self.n_heads, self.d_ff, self.dropout)
+        _check_config(self)
+        _no_rope(self)
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ValueError(
                 f"share_embeddings needs one shared vocabulary, got src_vocab_size={self.src_vocab_size} "
@@ -151,13 +186,18 @@ class TransformerConfig:
     def d_head(self) -> int:
         return self.d_model // self.n_heads  # d_k = d_v = d_model / h (paper: 64)
 
+    @property
+    def tie_output(self) -> bool:
+        """The earlier name of tie_weights (read-only), so that code written before the rename still runs."""
+        return self.tie_weights
+
     @classmethod
     def base(cls, vocab_size: int = 37000) -> "TransformerConfig":
         """The paper's base model (table 3): N=6, d_model=512, d_ff=2048, h=8, d_k=d_v=64, dropout 0.1,
         with its shared source/target BPE vocabulary of about 37000 tokens and the embedding matrix
         shared three ways (source, target, output)."""
         return cls(vocab_size, vocab_size, d_model=512, n_heads=8, n_layers=6, d_ff=2048, dropout=0.1,
-                   share_embeddings=True, tie_output=True)
+                   share_embeddings=True, tie_weights=True)
 
 
 class Transformer(nn.Module):
@@ -183,7 +223,7 @@ class Transformer(nn.Module):
         self.decoder = decoder if decoder is not None else Decoder(c.n_layers, c.d_model, c.n_heads, c.d_ff,
                                                                    **layer_options(c))
         self.output = nn.Linear(c.d_model, c.tgt_vocab_size, bias=False)  # the pre-softmax linear layer
-        if c.tie_output:
+        if c.tie_weights:
             self.output.weight = self.tgt_embed.token.weight  # (V, d_model) serves both directions
         init_transformer_weights(self)
 
@@ -222,26 +262,51 @@ class Transformer(nn.Module):
 
 @dataclass
 class GPTConfig:
+    """A decoder-only model. The defaults are the paper's block (tfcourse.config_fields); the named
+    configs are the families: `gpt` (the course's GPT, GPT-2's block at a small size), `gpt2_small`,
+    and lesson 11's ablation rungs `transformer_2017`, `pre_ln` and `llama`."""
+
     vocab_size: int  # tokens the model reads and predicts
     max_len: int = 256  # context length: the most tokens the model sees at once
     d_model: int = 384  # residual-stream width
-    n_heads: int = 6  # attention heads (d_head = d_model / n_heads)
+    n_heads: int = 6  # query heads (d_head = d_model / n_heads)
     n_layers: int = 6  # blocks
-    d_ff: int | None = None  # FFN inner width; None means 4 * d_model
-    dropout: float = 0.2  # small data overfits quickly; dropout slows that down
-    norm_first: bool = True  # GPT-2's pre-LN: stable with larger learning rates and a shorter warm-up
-    positional: str = "learned"  # GPT uses learned position vectors; "sinusoidal" also works
-    tie_weights: bool = True  # output layer shares the token table: fewer parameters, better small-data fit
-    scale_embedding: bool = False  # GPT-2 does not multiply by sqrt(d_model); see TokenEmbedding
-    activation: str = "gelu"  # GELU as in GPT-2 ("gelu_tanh": GPT-2's own approximation, needed to load its weights); "relu" gives the paper's FFN
-    fused_attention: bool = True  # torch's fused attention kernel (same result, faster)
+    d_ff: int | None = None  # FFN inner width; None: 4 * d_model (2/3 of that for SwiGLU: the same parameters)
+    n_kv_heads: int | None = None  # key/value heads: None = n_heads (multi-head), fewer = GQA, 1 = multi-query
+    dropout: float = 0.1  # on the embeddings, the attention weights and every sub-layer output
+    norm_first: bool = False  # False: the paper's post-LN; True: pre-LN (GPT-2, LLaMA) with a final norm
+    norm: str = "layer"  # "layer" (LayerNorm) or "rms" (RMSNorm, LLaMA)
+    norm_eps: float = 1e-5  # epsilon inside the norm's square root
+    activation: str = "relu"  # the FFN: "relu" (paper), "gelu", "gelu_tanh" (GPT-2's weights), "swiglu" (LLaMA)
+    bias: bool = True  # biases in the attention projections (LLaMA has none)
+    fused_attention: bool = False  # torch's fused attention kernel (same result, faster)
+    positional: str = "sinusoidal"  # "sinusoidal", "learned" (GPT-2), "rope" (LLaMA) or "none"
+    rope_base: float = 10000.0  # RoPE's base (with positional="rope")
+    rope_layout: str = "half"  # RoPE's pairs: "half" (i, i + d_head/2) or "interleaved" (2i, 2i + 1)
+    scale_embedding: bool = True  # token vectors times sqrt(d_model) (paper); GPT-2 does not; see TokenEmbedding
+    tie_weights: bool = False  # the output layer shares the token table (paper, section 3.4)
 
     def __post_init__(self) -> None:
-        _check_dims(self.d_model, self.n_heads, self.d_ff, self.dropout)
+        _check_config(self)
+        kv = self.n_heads if self.n_kv_heads is None else self.n_kv_heads
+        if kv < 1 or self.n_heads % kv != 0:
+            raise ValueError(f"n_kv_heads ({self.n_kv_heads}) must divide n_heads ({self.n_heads}): each "
+                             "key/value head serves an equal group of query heads")
+        if self.rope_layout not in ("half", "interleaved"):
+            raise ValueError(f"rope_layout must be 'half' or 'interleaved', got {self.rope_layout!r}")
 
     @property
     def d_head(self) -> int:
         return self.d_model // self.n_heads
+
+    @classmethod
+    def gpt(cls, vocab_size: int, **options: Any) -> "GPTConfig":
+        """The course's GPT (lessons 00, 06-08): GPT-2's block at a small size. Pre-LN with a final
+        LayerNorm, learned positions, GELU, tied output, unscaled embeddings; dropout 0.2, because small
+        data overfits quickly; torch's fused attention."""
+        settings = dict(dropout=0.2, norm_first=True, positional="learned", activation="gelu", tie_weights=True,
+                        scale_embedding=False, fused_attention=True)
+        return cls(vocab_size, **{**settings, **options})
 
     @classmethod
     def gpt2_small(cls, **options: Any) -> "GPTConfig":
@@ -249,15 +314,84 @@ class GPTConfig:
         50,257 byte-level BPE tokens, 1,024 positions; pre-LN with a final LayerNorm, learned positions,
         the tanh GELU, tied output. tfcourse.pretrained loads its weights into GPT(this config)."""
         settings = dict(vocab_size=50257, max_len=1024, d_model=768, n_heads=12, n_layers=12, dropout=0.1,
-                        norm_first=True, positional="learned", tie_weights=True, scale_embedding=False,
                         activation="gelu_tanh")
-        settings.update(options)
-        return cls(**settings)
+        return cls.gpt(**{**settings, **options})
+
+    @classmethod
+    def transformer_2017(cls, vocab_size: int, **options: Any) -> "GPTConfig":
+        """Lesson 11's first rung: the paper's block as a decoder (post-LN, LayerNorm, ReLU FFN, sinusoidal
+        positions added to scaled embeddings, biases), tied output, no dropout, fused attention."""
+        return cls(vocab_size, **{**_RUNG, **options})
+
+    @classmethod
+    def pre_ln(cls, vocab_size: int, **options: Any) -> "GPTConfig":
+        """The paper's block with one change: pre-LN (GPT-2's arrangement)."""
+        return cls(vocab_size, **{**_RUNG, "norm_first": True, **options})
+
+    @classmethod
+    def llama(cls, vocab_size: int, **options: Any) -> "GPTConfig":
+        """Pre-LN + RMSNorm (LLaMA's epsilon 1e-6) + SwiGLU + RoPE, no biases, unscaled embeddings (LLaMA's
+        block; grouped-query attention when n_kv_heads < n_heads)."""
+        settings = dict(_RUNG, norm_first=True, norm="rms", norm_eps=1e-6, activation="swiglu", positional="rope",
+                        bias=False, scale_embedding=False)
+        return cls(vocab_size, **{**settings, **options})
+
+
+# What lesson 11's three rungs share: no dropout (short runs on plenty of data), a tied output, fused attention.
+_RUNG = dict(dropout=0.0, tie_weights=True, fused_attention=True)
+
+
+def ablation_configs(vocab_size: int, **shape: Any) -> dict[str, GPTConfig]:
+    """Lesson 11's three rungs, the same shape (d_model, layers, heads, context) for each."""
+    return {
+        "2017: post-LN, ReLU, sinusoidal": GPTConfig.transformer_2017(vocab_size, **shape),
+        "pre-LN": GPTConfig.pre_ln(vocab_size, **shape),
+        "pre-LN + RMSNorm + SwiGLU + RoPE": GPTConfig.llama(vocab_size, **shape),
+    }
+
+
+def norm_class(config: GPTConfig) -> Callable[[int], nn.Module]:
+    """The configured norm, called as norm(d_model)."""
+    kind = RMSNorm if config.norm == "rms" else LayerNorm
+    return functools.partial(kind, eps=config.norm_eps)
+
+
+def feed_forward(d_model: int, d_ff: int | None = None, dropout: float = 0.0, *,
+                 activation: str = "relu") -> nn.Module:
+    """The FFN for an activation: SwiGLU's three matrices, or lesson 04's two with ReLU or a GELU."""
+    if activation == "swiglu":
+        return SwiGLUFeedForward(d_model, d_ff, dropout)
+    return PositionwiseFeedForward(d_model, d_ff, dropout, activation=activation)
+
+
+def attention_class(config: GPTConfig) -> Callable[..., nn.Module]:
+    """The configured self-attention, called as attention(d_model, n_heads, dropout, fused=...):
+    lesson 03's multi-head attention, or lesson 11's grouped-query attention when the model uses
+    RoPE or fewer key/value heads. Both name their projections w_q, w_k, w_v, w_o."""
+    c = config
+    if c.positional != "rope" and c.n_kv_heads in (None, c.n_heads):
+        return functools.partial(MultiHeadAttention, bias=c.bias)
+
+    def grouped(d_model: int, n_heads: int, dropout: float = 0.0, *, fused: bool = False) -> nn.Module:
+        return GroupedQueryAttention(d_model, n_heads, c.n_kv_heads, dropout=dropout, bias=c.bias,
+                                     rope=c.positional == "rope", rope_base=c.rope_base, rope_layout=c.rope_layout,
+                                     fused=fused)
+
+    return grouped
+
+
+def decoder_only_blocks(config: GPTConfig) -> Encoder:
+    """The block stack of a decoder-only model: lesson 05's EncoderLayer (used with a causal mask) with
+    the configured attention, FFN and norm, n_layers of them, and a final norm when pre-LN."""
+    c, norm = config, norm_class(config)
+    layer = functools.partial(EncoderLayer, attention=attention_class(c), feed_forward=feed_forward, norm=norm)
+    return Encoder(c.n_layers, c.d_model, c.n_heads, c.d_ff, layer=layer, norm=norm, **layer_options(c))
 
 
 class GPT(nn.Module):
     """Decoder-only: the encoder block with a causal mask, stacked, then a linear layer to the vocabulary.
-    Weights: init_gpt_weights (GPT-2's)."""
+    One stack for every variant its config names (the 2017 block, GPT-2, the LLaMA-style block).
+    Weights: init_gpt_weights."""
 
     def __init__(self, config: GPTConfig, *, embed: nn.Module | None = None, blocks: nn.Module | None = None):
         """`embed` and `blocks` given (e.g. a learner's, from `tfcourse.course.your_parts`) take the
@@ -265,11 +399,12 @@ class GPT(nn.Module):
         super().__init__()
         self.config = c = config
         if embed is None:
-            embed = InputEmbedding(c.vocab_size, c.d_model, c.max_len, c.dropout, positional=c.positional,
+            # With RoPE, positions enter inside attention, as rotations of queries and keys.
+            positional = "none" if c.positional == "rope" else c.positional
+            embed = InputEmbedding(c.vocab_size, c.d_model, c.max_len, c.dropout, positional=positional,
                                    scale=c.scale_embedding)
         self.embed = embed
-        self.blocks = blocks if blocks is not None else Encoder(c.n_layers, c.d_model, c.n_heads, c.d_ff,
-                                                                **layer_options(c))
+        self.blocks = blocks if blocks is not None else decoder_only_blocks(c)
         self.output = nn.Linear(c.d_model, c.vocab_size, bias=False)
         if c.tie_weights:
             self.output.weight = self.embed.token.weight
@@ -299,6 +434,8 @@ class GPT(nn.Module):
 
 @dataclass
 class EncoderOnlyConfig:
+    """A bidirectional encoder. The defaults are the paper's block; `bert` names BERT's choices."""
+
     vocab_size: int  # tokens, including [CLS], [MASK] and padding
     n_classes: int | None = None  # set for a sequence classifier; None gives a masked-token head
     max_len: int = 512  # longest input
@@ -307,14 +444,20 @@ class EncoderOnlyConfig:
     n_layers: int = 4  # blocks
     d_ff: int | None = None  # None means 4 * d_model
     dropout: float = 0.1  # regularisation
-    norm_first: bool = False  # BERT keeps the paper's post-LN
-    positional: str = "learned"  # BERT learns its position vectors
-    activation: str = "gelu"  # BERT's activation
+    norm_first: bool = False  # the paper's post-LN (BERT keeps it)
+    positional: str = "sinusoidal"  # the paper's; BERT learns its position vectors
+    activation: str = "relu"  # the paper's FFN; BERT's is GELU
     pad_id: int = 0  # padding is masked out of attention
     fused_attention: bool = False  # torch's fused attention kernel (same result, faster)
 
     def __post_init__(self) -> None:
-        _check_dims(self.d_model, self.n_heads, self.d_ff, self.dropout)
+        _check_config(self)
+        _no_rope(self)
+
+    @classmethod
+    def bert(cls, vocab_size: int, **options: Any) -> "EncoderOnlyConfig":
+        """BERT's choices: learned position vectors and GELU, post-LN as in the paper."""
+        return cls(vocab_size, **{"positional": "learned", "activation": "gelu", **options})
 
 
 class EncoderOnly(nn.Module):
@@ -396,6 +539,7 @@ def count_parameters(model: nn.Module) -> int:
 
 __all__ = [
     "TransformerConfig", "Transformer", "GPTConfig", "GPT", "EncoderOnlyConfig", "EncoderOnly",
-    "count_parameters", "trace_shapes", "layer_options", "init_transformer_weights", "init_gpt_weights",
-    "init_bert_weights",
+    "ablation_configs", "norm_class", "feed_forward", "attention_class", "decoder_only_blocks",
+    "RESIDUAL_PROJECTIONS", "count_parameters", "trace_shapes", "layer_options", "init_transformer_weights",
+    "init_gpt_weights", "init_bert_weights",
 ]

@@ -8,35 +8,28 @@ that can switch each one on or off.
     sinusoidal PE added to the input ->   RoPE: queries and keys rotated by their position
     n_heads keys/values per layer    ->   grouped-query attention: n_kv_heads < n_heads (1: multi-query)
 
-RoPE layout: this package rotates the *half-split* pairs (dimension i with i + d_head/2), as GPT-NeoX and
-Hugging Face's Llama do. Meta's original LLaMA code and the RoFormer paper rotate *interleaved* pairs
-(2i, 2i + 1). The two are the same rotation after a fixed permutation of the dimensions of W_q and W_k,
-so a model trained with one can be converted to the other; tests/test_modern.py compares this package
-with Hugging Face's implementation and gets exactly the same numbers.
+RoPE layout: the lesson's `apply_rope` rotates the *half-split* pairs (dimension i with i + d_head/2), as
+GPT-NeoX and Hugging Face's Llama do. Meta's original LLaMA code, the RoFormer paper and CS336 rotate
+*interleaved* pairs (2i, 2i + 1). `rotary(x, positions, layout=...)` does either, at any positions (a start
+offset, or one position per token for packed or left-padded batches). The two layouts are the same rotation
+after a fixed permutation of the output rows of W_q and W_k (`rope_rows_to_half`), so a model trained with
+one converts to the other; tests/test_modern.py proves it and compares with Hugging Face's implementation.
+
+The model itself is `tfcourse.models.GPT`: its config switches each of the five changes (`norm`,
+`activation`, `positional`, `norm_first`, `n_kv_heads`, `bias`), and `GPTConfig.llama` names the modern block.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import KVCache, _fused_mask, causal_mask, scaled_dot_product_attention
-from .blocks import LayerNorm, sublayer_connection
-from .embedding import LearnedPositionalEmbedding, SinusoidalPositionalEncoding, TokenEmbedding
-from .ffn import PositionwiseFeedForward
-from .validation import expect_divisible, expect_tensor, expect_token_ids, shape_str
+from .attention import KVCache, _fused_mask, scaled_dot_product_attention
+from .validation import expect_divisible, expect_features, expect_tensor, shape_str
 
 # F.scaled_dot_product_attention learned `enable_gqa` in torch 2.5; older versions repeat the heads.
 _SDPA_HAS_GQA = tuple(int(part) for part in torch.__version__.split(".")[:2]) >= (2, 5)
-
-
-def _check_features(x: Tensor, d_model: int) -> None:
-    expect_tensor(x, "x", expected="(..., d_model)")
-    if x.dim() == 0 or x.shape[-1] != d_model:
-        raise ValueError(f"x must end in d_model={d_model}, got shape {shape_str(x)}")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -58,7 +51,7 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(d_model))  # the gain; there is no bias
 
     def forward(self, x: Tensor) -> Tensor:
-        _check_features(x, self.d_model)
+        expect_features(x, self.d_model)
         rms = torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps)  # (..., 1)
         return self.weight * (x / rms)  # (..., d_model)
 
@@ -93,7 +86,7 @@ class SwiGLUFeedForward(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
-        _check_features(x, self.d_model)
+        expect_features(x, self.d_model)
         gated = F.silu(self.w_gate(x)) * self.w_up(x)  # (..., d_ff): element by element
         return self.w_down(self.dropout(gated))  # (..., d_model)
 
@@ -140,6 +133,68 @@ def apply_rope(x: Tensor, offset: int = 0, base: float = 10000.0) -> Tensor:
     return x * cos.to(x.dtype) + rotate_half(x) * sin.to(x.dtype)  # (..., T, d_head)
 
 
+ROPE_LAYOUTS = ("half", "interleaved")
+
+
+def rotate_pairs(x: Tensor, layout: str = "half") -> Tensor:
+    """The 90-degree turn of every pair: (a, b) -> (-b, a). "half" pairs dimension i with i + d/2
+    (rotate_half); "interleaved" pairs 2i with 2i + 1 (RoFormer, Meta's LLaMA)."""
+    if layout == "half":
+        return rotate_half(x)
+    even, odd = x[..., 0::2], x[..., 1::2]  # (..., d/2) each: the two members of every pair
+    return torch.stack([-odd, even], dim=-1).flatten(-2)  # (..., d/2, 2) -> (..., d): back in place
+
+
+def _rope_positions(positions: int | Tensor, length: int, device: torch.device) -> Tensor:
+    """A start offset, (T,) or (B, T) integer positions -> float32 positions (T,) or (B, T)."""
+    if isinstance(positions, int):
+        return torch.arange(positions, positions + length, dtype=torch.float32, device=device)  # (T,)
+    expect_tensor(positions, "positions", expected="(T,) or (B, T) integer positions")
+    if positions.dim() not in (1, 2) or positions.shape[-1] != length or positions.is_floating_point():
+        raise ValueError(f"positions must be integers of shape (T,) or (B, T) with T={length}, "
+                         f"got {positions.dtype} {shape_str(positions)}")
+    return positions.to(device=device, dtype=torch.float32)
+
+
+def rotary(x: Tensor, positions: int | Tensor = 0, base: float = 10000.0, layout: str = "half") -> Tensor:
+    """RoPE on x (..., T, d_head) at any positions: a start offset (as apply_rope), positions (T,) shared by
+    the batch, or (B, T), one per token, for x (B, n_heads, T, d_head) (packed or left-padded sequences).
+    layout: "half" (this course, Hugging Face) or "interleaved" (RoFormer, Meta's LLaMA, CS336).
+    With layout="half" and an offset it equals apply_rope exactly (tests/test_modern.py)."""
+    _check_rope_input(x)
+    if layout not in ROPE_LAYOUTS:
+        raise ValueError(f"layout must be one of {ROPE_LAYOUTS}, got {layout!r}")
+    length, d_head = x.shape[-2], x.shape[-1]
+    pos = _rope_positions(positions, length, x.device)  # (T,) or (B, T)
+    if pos.dim() == 2 and x.dim() != 4:
+        raise ValueError(f"positions of shape (B, T) need x of shape (B, heads, T, d_head), got {shape_str(x)}")
+    inv_freq = 1.0 / base ** (torch.arange(0, d_head, 2, dtype=torch.float32, device=x.device) / d_head)  # (d/2,)
+    angles = pos[..., None] * inv_freq  # (T, d/2) or (B, T, d/2): position times frequency
+    if layout == "half":
+        angles = torch.cat([angles, angles], dim=-1)  # dimensions i and i + d/2 turn by one angle
+    else:
+        angles = angles.repeat_interleave(2, dim=-1)  # dimensions 2i and 2i + 1 turn by one angle
+    if angles.dim() == 3:
+        angles = angles[:, None]  # (B, 1, T, d_head): the same positions for every head
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    return x * cos + rotate_pairs(x, layout) * sin  # (..., T, d_head)
+
+
+def rope_rows_to_half(weight: Tensor, n_heads: int) -> Tensor:
+    """W_q or W_k (n_heads * d_head, d_model) of a model trained with interleaved RoPE -> the same model's
+    matrix for half-split RoPE: within each head, output rows 0, 2, 4, ... first, then 1, 3, 5, ...
+    Pair (2i, 2i + 1) then sits at (i, i + d_head/2), where the half layout rotates it by the same angle,
+    so every attention score, and the model's output, stays the same (what Hugging Face's Llama
+    conversion script does)."""
+    expect_tensor(weight, "weight", ndim=2, expected="(n_heads * d_head, d_model)")
+    rows = weight.shape[0]
+    if rows % n_heads != 0 or (rows // n_heads) % 2 != 0:
+        raise ValueError(f"weight must have n_heads={n_heads} heads of an even d_head as rows, got {shape_str(weight)}")
+    d_head = rows // n_heads
+    order = torch.cat([torch.arange(0, d_head, 2), torch.arange(1, d_head, 2)])  # (d_head,) within one head
+    return weight.view(n_heads, d_head, -1)[:, order].reshape(rows, -1)  # (n_heads * d_head, d_model)
+
+
 # ----------------------------------------------------------------------------------------------
 # Grouped-query attention
 # ----------------------------------------------------------------------------------------------
@@ -183,7 +238,8 @@ class GroupedQueryAttention(nn.Module):
     """
 
     def __init__(self, d_model: int, n_heads: int, n_kv_heads: int | None = None, *, dropout: float = 0.0,
-                 bias: bool = False, rope: bool = True, rope_base: float = 10000.0, fused: bool = False):
+                 bias: bool = False, rope: bool = True, rope_base: float = 10000.0, rope_layout: str = "half",
+                 fused: bool = False):
         super().__init__()
         expect_divisible(d_model, n_heads)
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
@@ -192,25 +248,30 @@ class GroupedQueryAttention(nn.Module):
                              "serves an equal group of query heads")
         self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
         self.d_head = d_model // n_heads
-        self.dropout, self.rope, self.rope_base, self.fused = dropout, rope, rope_base, fused
+        if rope_layout not in ROPE_LAYOUTS:
+            raise ValueError(f"rope_layout must be one of {ROPE_LAYOUTS}, got {rope_layout!r}")
+        self.dropout, self.rope, self.rope_base, self.rope_layout, self.fused = dropout, rope, rope_base, rope_layout, fused
         self.w_q = nn.Linear(d_model, n_heads * self.d_head, bias=bias)
         self.w_k = nn.Linear(d_model, n_kv_heads * self.d_head, bias=bias)  # fewer heads: a narrower matrix
         self.w_v = nn.Linear(d_model, n_kv_heads * self.d_head, bias=bias)
         self.w_o = nn.Linear(n_heads * self.d_head, d_model, bias=bias)
 
     def forward(self, x: Tensor, mask: Tensor | None = None, cache: KVCache | None = None,
-                is_causal: bool = False) -> Tensor:
-        """x (B, T, d_model) -> (B, T, d_model). `is_causal`: `mask` is the plain causal mask."""
+                is_causal: bool = False, positions: Tensor | None = None) -> Tensor:
+        """x (B, T, d_model) -> (B, T, d_model). `is_causal`: `mask` is the plain causal mask.
+        `positions` (T,) or (B, T): where each token sits, for RoPE (default: after the cached tokens)."""
         expect_tensor(x, "x", ndim=3, expected="(B, T, d_model)")
-        _check_features(x, self.d_model)
+        expect_features(x, self.d_model)
         batch, length, _ = x.shape
-        offset = len(cache) if cache is not None else 0  # the new tokens come after the cached ones
+        if positions is None:
+            positions = len(cache) if cache is not None else 0  # the new tokens come after the cached ones
         q = self.w_q(x).view(batch, length, self.n_heads, self.d_head).transpose(1, 2)  # (B, n_heads, T, d_head)
         k = self.w_k(x).view(batch, length, self.n_kv_heads, self.d_head).transpose(1, 2)  # (B, n_kv_heads, T, d_head)
         v = self.w_v(x).view(batch, length, self.n_kv_heads, self.d_head).transpose(1, 2)  # (B, n_kv_heads, T, d_head)
         if self.rope:
             # Only queries and keys carry position (it enters through their dot product); values carry content.
-            q, k = apply_rope(q, offset, self.rope_base), apply_rope(k, offset, self.rope_base)
+            q = rotary(q, positions, self.rope_base, self.rope_layout)
+            k = rotary(k, positions, self.rope_base, self.rope_layout)
         if cache is not None:
             k, v = cache.append(k, v)  # (B, n_kv_heads, offset + T, d_head): the un-repeated heads
         dropout_p = self.dropout if self.training else 0.0
@@ -242,196 +303,8 @@ def cache_bytes(caches: list[KVCache]) -> int:
     return sum(t.numel() * t.element_size() for cache in caches for t in (cache.k, cache.v) if t is not None)
 
 
-# ----------------------------------------------------------------------------------------------
-# A GPT that switches each change on or off
-# ----------------------------------------------------------------------------------------------
-
-NORMS = ("layer", "rms")
-FEED_FORWARDS = ("relu", "gelu", "swiglu")
-POSITIONALS = ("sinusoidal", "learned", "rope")
-
-
-@dataclass
-class ModernGPTConfig:
-    """A decoder-only model; the defaults are the modern block, the named constructors the ablation's rungs."""
-
-    vocab_size: int  # tokens the model reads and predicts
-    max_len: int = 256  # context length (RoPE could go further; the model keeps one limit for all variants)
-    d_model: int = 384  # residual-stream width
-    n_heads: int = 6  # query heads (d_head = d_model / n_heads)
-    n_kv_heads: int | None = None  # key/value heads: None = n_heads (multi-head), fewer = GQA, 1 = multi-query
-    n_layers: int = 6  # blocks
-    d_ff: int | None = None  # FFN width; None: 4 d_model (ReLU, GELU) or 2/3 of that (SwiGLU), equal parameters
-    dropout: float = 0.0  # small runs on lots of data do not overfit
-    norm_first: bool = True  # pre-LN: x + F(Norm(x)) and a final Norm; False is the paper's post-LN
-    norm: str = "rms"  # "layer" (the paper, GPT-2) or "rms" (LLaMA)
-    ffn: str = "swiglu"  # "relu" (the paper), "gelu" (GPT-2) or "swiglu" (LLaMA)
-    positional: str = "rope"  # "sinusoidal" (the paper), "learned" (GPT-2) or "rope" (LLaMA)
-    bias: bool = False  # biases in the attention projections: the paper has them, LLaMA drops them
-    tie_weights: bool = True  # the output layer shares the token table (fewer parameters on small data)
-    fused_attention: bool = True  # torch's fused attention kernel: the same result, faster
-
-    def __post_init__(self) -> None:
-        expect_divisible(self.d_model, self.n_heads)
-        for name, value, allowed in (("norm", self.norm, NORMS), ("ffn", self.ffn, FEED_FORWARDS),
-                                     ("positional", self.positional, POSITIONALS)):
-            if value not in allowed:
-                raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
-        kv = self.n_heads if self.n_kv_heads is None else self.n_kv_heads
-        if kv < 1 or self.n_heads % kv != 0:
-            raise ValueError(f"n_kv_heads ({self.n_kv_heads}) must divide n_heads ({self.n_heads})")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
-
-    @property
-    def d_head(self) -> int:
-        return self.d_model // self.n_heads
-
-    @classmethod
-    def transformer_2017(cls, vocab_size: int, **shape) -> ModernGPTConfig:
-        """The paper's block as a decoder: post-LN, LayerNorm, ReLU FFN, sinusoidal positions, biases."""
-        return cls(vocab_size, norm_first=False, norm="layer", ffn="relu", positional="sinusoidal", bias=True, **shape)
-
-    @classmethod
-    def pre_ln(cls, vocab_size: int, **shape) -> ModernGPTConfig:
-        """The paper's block with one change: pre-LN (GPT-2's arrangement)."""
-        return cls(vocab_size, norm_first=True, norm="layer", ffn="relu", positional="sinusoidal", bias=True, **shape)
-
-    @classmethod
-    def llama(cls, vocab_size: int, **shape) -> ModernGPTConfig:
-        """Pre-LN + RMSNorm + SwiGLU + RoPE, no biases (LLaMA's block; GQA when n_kv_heads < n_heads)."""
-        return cls(vocab_size, norm_first=True, norm="rms", ffn="swiglu", positional="rope", bias=False, **shape)
-
-
-def ablation_configs(vocab_size: int, **shape) -> dict[str, ModernGPTConfig]:
-    """The ablation's three rungs, same shape (d_model, layers, heads, context) for each."""
-    return {
-        "2017: post-LN, ReLU, sinusoidal": ModernGPTConfig.transformer_2017(vocab_size, **shape),
-        "pre-LN": ModernGPTConfig.pre_ln(vocab_size, **shape),
-        "pre-LN + RMSNorm + SwiGLU + RoPE": ModernGPTConfig.llama(vocab_size, **shape),
-    }
-
-
-def make_norm(config: ModernGPTConfig) -> nn.Module:
-    return RMSNorm(config.d_model) if config.norm == "rms" else LayerNorm(config.d_model)
-
-
-def make_feed_forward(config: ModernGPTConfig) -> nn.Module:
-    if config.ffn == "swiglu":
-        return SwiGLUFeedForward(config.d_model, config.d_ff, config.dropout)
-    return PositionwiseFeedForward(config.d_model, config.d_ff, config.dropout, activation=config.ffn)
-
-
-class ModernBlock(nn.Module):
-    """Self-attention (GQA, RoPE when configured) -> FFN, each wrapped by tfcourse.blocks.sublayer_connection
-    (post-LN or pre-LN) with the configured norm."""
-
-    def __init__(self, config: ModernGPTConfig):
-        super().__init__()
-        c = config
-        self.norm_first = c.norm_first
-        self.self_attn = GroupedQueryAttention(c.d_model, c.n_heads, c.n_kv_heads, dropout=c.dropout, bias=c.bias,
-                                               rope=c.positional == "rope", fused=c.fused_attention)
-        self.ffn = make_feed_forward(c)
-        self.norm1, self.norm2 = make_norm(c), make_norm(c)
-        self.dropout1, self.dropout2 = nn.Dropout(c.dropout), nn.Dropout(c.dropout)
-
-    def forward(self, x: Tensor, mask: Tensor | None = None, cache: KVCache | None = None,
-                is_causal: bool = False) -> Tensor:
-        def attend(h: Tensor) -> Tensor:
-            return self.dropout1(self.self_attn(h, mask, cache, is_causal))
-
-        def feed_forward(h: Tensor) -> Tensor:
-            return self.dropout2(self.ffn(h))
-
-        x = sublayer_connection(x, attend, self.norm1, self.norm_first)  # (B, T, d_model)
-        return sublayer_connection(x, feed_forward, self.norm2, self.norm_first)  # (B, T, d_model)
-
-
-def _residual_projections(model: nn.Module) -> list[nn.Parameter]:
-    """The matrices that write into the residual stream: attention's W_o and the FFN's last layer."""
-    found = []
-    for module in model.modules():
-        if isinstance(module, GroupedQueryAttention):
-            found.append(module.w_o.weight)
-        elif isinstance(module, SwiGLUFeedForward):
-            found.append(module.w_down.weight)
-        elif isinstance(module, PositionwiseFeedForward):
-            found.append(module.linear2.weight)
-    return found
-
-
-def init_modern_weights(model: nn.Module, n_layers: int) -> None:
-    """The course's GPT policy (tfcourse.models.init_gpt_weights), for every variant alike: linear layers
-    N(0, 1/fan_in) so each projection keeps the size of its input, biases 0, norms' gains 1; the residual
-    projections a further 1/sqrt(2 n_layers), so the stream's size at the start does not grow with depth;
-    token tables N(0, 0.02) unless scaled by sqrt(d_model) (then TokenEmbedding's own N(0, 1/d_model))."""
-    for module in model.modules():
-        if isinstance(module, nn.Linear):
-            nn.init.normal_(module.weight, std=module.in_features ** -0.5)
-            if module.bias is not None:
-                nn.init.zeros_(module.bias)
-        elif isinstance(module, (LayerNorm, RMSNorm)):
-            nn.init.ones_(module.weight)
-            if isinstance(module, LayerNorm):
-                nn.init.zeros_(module.bias)
-        elif isinstance(module, LearnedPositionalEmbedding):
-            nn.init.normal_(module.weight, std=0.02)
-    for module in model.modules():  # after the linear layers: a tied output layer is the token table
-        if isinstance(module, TokenEmbedding):
-            nn.init.normal_(module.weight, std=0.02 if module.scale == 1.0 else module.d_model ** -0.5)
-    with torch.no_grad():
-        for weight in _residual_projections(model):
-            weight.div_((2 * n_layers) ** 0.5)
-
-
-class ModernGPT(nn.Module):
-    """Decoder-only: token embedding (+ additive positions unless RoPE) -> N ModernBlocks -> (final norm
-    when pre-LN) -> linear to the vocabulary. ids (B, T) -> logits (B, T, vocab_size)."""
-
-    def __init__(self, config: ModernGPTConfig):
-        super().__init__()
-        self.config = c = config
-        # Sinusoidal entries are about 1 in size, so token vectors are scaled to match (lesson 02);
-        # with RoPE or learned positions, GPT-2's unscaled table.
-        self.token = TokenEmbedding(c.vocab_size, c.d_model, scale=c.positional == "sinusoidal")
-        self.position: nn.Module | None = {
-            "sinusoidal": lambda: SinusoidalPositionalEncoding(c.d_model, c.max_len),
-            "learned": lambda: LearnedPositionalEmbedding(c.d_model, c.max_len),
-            "rope": lambda: None,  # positions enter inside attention, as rotations of q and k
-        }[c.positional]()
-        self.dropout = nn.Dropout(c.dropout)
-        self.blocks = nn.ModuleList(ModernBlock(c) for _ in range(c.n_layers))
-        # Pre-LN leaves the residual stream un-normalised: one final norm before the output layer.
-        self.norm = make_norm(c) if c.norm_first else nn.Identity()
-        self.output = nn.Linear(c.d_model, c.vocab_size, bias=False)
-        if c.tie_weights:
-            self.output.weight = self.token.weight
-        init_modern_weights(self, c.n_layers)
-
-    def forward(self, ids: Tensor, caches: list[KVCache] | None = None) -> Tensor:
-        """ids (B, T) -> logits (B, T, vocab_size). With `caches` (make_caches), ids are only the new tokens."""
-        expect_token_ids(ids, self.config.vocab_size)
-        offset = len(caches[0]) if caches else 0
-        length = ids.shape[1]
-        if offset + length > self.config.max_len:
-            raise ValueError(f"sequence of length {length} starting at position {offset} is longer than "
-                             f"max_len={self.config.max_len}")
-        x = self.token(ids)  # (B, T, d_model)
-        if self.position is not None:
-            x = self.position(x, offset)  # (B, T, d_model)
-        x = self.dropout(x)
-        mask = causal_mask(length, offset + length, ids.device)  # (T, offset + T)
-        for i, block in enumerate(self.blocks):
-            x = block(x, mask, caches[i] if caches is not None else None, is_causal=True)  # (B, T, d_model)
-        return self.output(self.norm(x))  # (B, T, vocab_size)
-
-    def make_caches(self) -> list[KVCache]:
-        return [KVCache() for _ in self.blocks]
-
-
 __all__ = [
     "RMSNorm", "swiglu_hidden_size", "SwiGLUFeedForward", "rotate_half", "rope_cos_sin", "apply_rope",
-    "repeat_kv", "grouped_query_attention", "GroupedQueryAttention", "kv_cache_bytes", "cache_bytes",
-    "ModernGPTConfig", "ablation_configs", "ModernBlock", "ModernGPT", "init_modern_weights",
+    "ROPE_LAYOUTS", "rotate_pairs", "rotary", "rope_rows_to_half", "repeat_kv", "grouped_query_attention",
+    "GroupedQueryAttention", "kv_cache_bytes", "cache_bytes",
 ]

@@ -11,6 +11,9 @@ from torch import Tensor
 
 from .validation import expect_tensor, shape_str
 
+# The label of a position the loss skips (padding, an unmasked token): torch's cross_entropy default too.
+IGNORE_INDEX = -100
+
 
 def log_softmax(logits: Tensor, dim: int = -1) -> Tensor:
     """log softmax(z)_i = z_i - log sum_j exp(z_j) = (z_i - m) - log sum_j exp(z_j - m), m = max_j z_j.
@@ -57,4 +60,4 @@ def cross_entropy(logits: Tensor, targets: Tensor, ignore_index: int | None = No
     return nll.masked_fill(~keep, 0.0).sum() / keep.sum()
 
 
-__all__ = ["log_softmax", "softmax", "cross_entropy"]
+__all__ = ["IGNORE_INDEX", "log_softmax", "softmax", "cross_entropy"]

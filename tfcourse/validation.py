@@ -55,6 +55,14 @@ def expect_ids_in_vocabulary(ids: Tensor, vocab_size: int, name: str = "token id
         raise ValueError(f"{name} contain {bad}, outside the vocabulary [0, {vocab_size})")
 
 
+def expect_features(x: object, d_model: int, name: str = "x") -> Tensor:
+    """x must be a tensor (..., d_model): what every layer that works feature-wise takes."""
+    expect_tensor(x, name, expected="(..., d_model)")
+    if x.dim() == 0 or x.shape[-1] != d_model:
+        raise ValueError(f"{name} must end in d_model={d_model}, got shape {shape_str(x)}")
+    return x
+
+
 def expect_divisible(d_model: int, n_heads: int) -> None:
     """Multi-head attention splits d_model into n_heads equal slices of d_head = d_model / n_heads."""
     if n_heads < 1 or d_model % n_heads != 0:

@@ -341,14 +341,14 @@ def check_gpt(learner_cls: type, hidden: bool = False) -> None:
     """A GPT built from InputEmbedding, Encoder (with a causal mask) and a Linear output layer gives the
     same logits as tfcourse.models.GPT with the same weights, and never looks at future tokens."""
     configs = [
-        (GPTConfig(vocab_size=23, max_len=16, d_model=32, n_heads=4, n_layers=2), (2, 9)),
-        (GPTConfig(vocab_size=23, max_len=16, d_model=32, n_heads=4, n_layers=2), (1, 1)),
+        (GPTConfig.gpt(vocab_size=23, max_len=16, d_model=32, n_heads=4, n_layers=2), (2, 9)),
+        (GPTConfig.gpt(vocab_size=23, max_len=16, d_model=32, n_heads=4, n_layers=2), (1, 1)),
     ]
     if hidden:
         configs += [
-            (GPTConfig(vocab_size=17, max_len=12, d_model=16, n_heads=2, n_layers=1, norm_first=False,
+            (GPTConfig.gpt(vocab_size=17, max_len=12, d_model=16, n_heads=2, n_layers=1, norm_first=False,
                        positional="sinusoidal", tie_weights=False, scale_embedding=True, activation="relu"), (3, 12)),
-            (GPTConfig(vocab_size=31, max_len=20, d_model=24, n_heads=3, n_layers=3, d_ff=40, dropout=0.0), (2, 20)),
+            (GPTConfig.gpt(vocab_size=31, max_len=20, d_model=24, n_heads=3, n_layers=3, d_ff=40, dropout=0.0), (2, 20)),
         ]
     name = getattr(learner_cls, "__name__", "your class")
     cases = [_gpt_case(name, seed, config, batch, length) for seed, (config, (batch, length)) in enumerate(configs)]
@@ -373,7 +373,7 @@ def _formula(c: TransformerConfig, bias: bool = True, layer_norm: bool = True, c
     decoder_layer = (2 if cross else 1) * attention + ffn + (3 if cross else 2) * norm
     src = c.src_vocab_size * d
     tgt = 0 if c.share_embeddings and share_once else c.tgt_vocab_size * d
-    out = 0 if c.tie_output and share_once else d * c.tgt_vocab_size
+    out = 0 if c.tie_weights and share_once else d * c.tgt_vocab_size
     out += c.tgt_vocab_size if output_bias else 0
     learned = c.positional == "learned"
     # Each input layer (source, target) has its own learned table, even when the token table is shared.
@@ -418,7 +418,7 @@ def _count_case(config: TransformerConfig) -> Case:
     """A Python int equal to the true count; else the mistake it equals, or how far off it is."""
     what = (f"parameter count for d_model={config.d_model}, n_layers={config.n_layers}, "
             f"vocab {config.src_vocab_size}/{config.tgt_vocab_size}, share_embeddings={config.share_embeddings}, "
-            f"tie_output={config.tie_output}, norm_first={config.norm_first}, positional={config.positional!r}")
+            f"tie_weights={config.tie_weights}, norm_first={config.norm_first}, positional={config.positional!r}")
     true_count, mistakes = _true_count(config), _count_mistakes(config)
 
     def expect_count(answer: Any) -> None:
@@ -446,13 +446,13 @@ def check_parameter_count(learner_fn: Callable, hidden: bool = False) -> None:
     if hidden:
         configs += [
             TransformerConfig(src_vocab_size=30, tgt_vocab_size=30, d_model=8, n_heads=2, n_layers=1, max_len=7,
-                              positional="learned", share_embeddings=True, tie_output=True),
+                              positional="learned", share_embeddings=True, tie_weights=True),
             TransformerConfig(src_vocab_size=9, tgt_vocab_size=12, d_model=12, n_heads=3, n_layers=3, norm_first=True),
             TransformerConfig(src_vocab_size=20, tgt_vocab_size=20, d_model=16, n_heads=2, n_layers=2,
                               share_embeddings=True),
-            TransformerConfig(src_vocab_size=20, tgt_vocab_size=30, d_model=8, n_heads=2, n_layers=3, tie_output=True),
+            TransformerConfig(src_vocab_size=20, tgt_vocab_size=30, d_model=8, n_heads=2, n_layers=3, tie_weights=True),
             TransformerConfig(src_vocab_size=500, tgt_vocab_size=500, d_model=64, n_heads=8, n_layers=6, d_ff=256,
-                              share_embeddings=True, tie_output=True),
+                              share_embeddings=True, tie_weights=True),
         ]
     run(PARAMETER_COUNT, learner_fn, [_count_case(config) for config in configs], hidden)
 
@@ -732,7 +732,7 @@ def _bigram_fn(vocab: int, seed: int, eos_id: int | None = None, eos_bias: float
 
 def _gpt_fn(seed: int) -> Callable[[Tensor], Tensor]:
     torch.manual_seed(seed)
-    model = GPT(GPTConfig(vocab_size=13, max_len=16, d_model=16, n_heads=2, n_layers=1, dropout=0.0)).eval()
+    model = GPT(GPTConfig.gpt(vocab_size=13, max_len=16, d_model=16, n_heads=2, n_layers=1, dropout=0.0)).eval()
 
     @torch.no_grad()
     def log_probs_fn(beams: Tensor) -> Tensor:
@@ -887,7 +887,7 @@ def check_cached_generation(learner_fn: Callable, hidden: bool = False) -> None:
     if hidden:
         prompts += [((3, 5), 19), ((1, 23), 1), ((4, 2), 6)]  # fills the context window exactly; a long prompt
     torch.manual_seed(11)
-    model = GPT(GPTConfig(vocab_size=23, max_len=24, d_model=32, n_heads=4, n_layers=2, dropout=0.1))
+    model = GPT(GPTConfig.gpt(vocab_size=23, max_len=24, d_model=32, n_heads=4, n_layers=2, dropout=0.1))
     gen = torch.Generator().manual_seed(5)
     cases = [_cached_generation_case(model, torch.randint(0, 23, (batch, length), generator=gen), n)
              for (batch, length), n in prompts]

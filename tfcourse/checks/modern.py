@@ -36,7 +36,8 @@ SWIGLU_OFF_LIMITS = ["tfcourse.modern.SwiGLUFeedForward", "tfcourse.modern.swigl
 SWIGLU = Exercise("SwiGLU feed-forward network", SWIGLU_OFF_LIMITS,
                   "SwiGLUFeedForward matches the reference on {n} shapes; at d_model = {d} its default width {width} "
                   "holds 3 x {d} x {width} = {weights:,} weights, as the ReLU FFN's 2 x {d} x {relu_width}")
-ROPE_OFF_LIMITS = ["tfcourse.modern.apply_rope", "tfcourse.modern.rope_cos_sin", "tfcourse.modern.rotate_half"]
+ROPE_OFF_LIMITS = ["tfcourse.modern.apply_rope", "tfcourse.modern.rope_cos_sin", "tfcourse.modern.rotate_half",
+                   "tfcourse.modern.rotary", "tfcourse.modern.rotate_pairs"]
 ROPE = Exercise("rotary position embedding", ROPE_OFF_LIMITS,
                 "apply_rope matches the reference on {n} inputs: the score q_m . k_n depends on m - n alone")
 ATTENTION_BUILTINS = ["torch.nn.functional.scaled_dot_product_attention", "torch.nn.MultiheadAttention"]

@@ -644,7 +644,7 @@ def _train_step_case(index: int, batch: int, length: int, clip: float, n_steps: 
     """`n_steps` calls of train_step on a tiny GPT; the reference's parameters, losses and gradient norms,
     and the usual mistakes' parameters, computed first."""
     torch.manual_seed(index)
-    model = GPT(GPTConfig(vocab_size=11, max_len=8, d_model=16, n_heads=2, n_layers=1, dropout=dropout)).train()
+    model = GPT(GPTConfig.gpt(vocab_size=11, max_len=8, d_model=16, n_heads=2, n_layers=1, dropout=dropout)).train()
     batches = [tuple(torch.randint(0, 11, (2, batch, length)).unbind(0)) for _ in range(n_steps)]
     seeds = [1000 * index + k for k in range(n_steps)]  # dropout masks: the same for everyone
     expected, losses, norms = _reference_steps(model, batches, seeds, clip)
@@ -736,7 +736,7 @@ def _judge_evaluation(what: str, model: nn.Module, calls: list[tuple[bool, bool]
 def _estimate_case(index: int, n_batches: int, batch: int, length: int, dropout: float) -> Case:
     """estimate_loss on a tiny GPT in training mode; the reference's loss and the usual mistakes' first."""
     torch.manual_seed(20 + index)
-    model = GPT(GPTConfig(vocab_size=13, max_len=12, d_model=16, n_heads=2, n_layers=1, dropout=dropout)).train()
+    model = GPT(GPTConfig.gpt(vocab_size=13, max_len=12, d_model=16, n_heads=2, n_layers=1, dropout=dropout)).train()
     batches = [tuple(torch.randint(0, 13, (2, batch, length)).unbind(0)) for _ in range(n_batches)]
     served = {"train": 0, "val": 0}
 

@@ -381,7 +381,7 @@ def your_gpt_config(vocab_size: int, **options: Any) -> GPTConfig:
     """A GPTConfig that your components can build: the paper's input layer and FFN, pre-LN blocks."""
     settings = dict(positional="sinusoidal", scale_embedding=True, activation="relu", fused_attention=False)
     settings.update(options)
-    return GPTConfig(vocab_size=vocab_size, **settings)
+    return GPTConfig.gpt(vocab_size=vocab_size, **settings)
 
 
 def your_transformer_config(src_vocab_size: int, tgt_vocab_size: int, **options: Any) -> TransformerConfig:

@@ -18,9 +18,8 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from ..output import IGNORE_INDEX  # the label of a position the loss skips
 from ..validation import expect_tensor
-
-IGNORE_INDEX = -100  # the label of a position the loss skips (torch's cross_entropy default too)
 
 
 def _check_mask_args(ids: Tensor, mask_id: int, vocab_size: int, special_ids: Sequence[int],

@@ -80,7 +80,7 @@ class Recipe:
 # nanoGPT's config/train_shakespeare_char.py, in tfcourse's names.
 GPU_RECIPE = Recipe(
     name="gpu",
-    model=GPTConfig(
+    model=GPTConfig.gpt(
         vocab_size=SHAKESPEARE_CHAR_VOCAB,
         max_len=256,  # context: 256 characters, a few lines of verse
         d_model=384,
@@ -111,7 +111,7 @@ GPU_RECIPE = Recipe(
 # nanoGPT's README, "I only have a macbook": the same recipe, small enough for a CPU.
 CPU_RECIPE = Recipe(
     name="cpu",
-    model=GPTConfig(
+    model=GPTConfig.gpt(
         vocab_size=SHAKESPEARE_CHAR_VOCAB,
         max_len=64,
         d_model=128,

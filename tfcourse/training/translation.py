@@ -21,11 +21,9 @@ from torch import Tensor, nn
 from ..data.en_fr import make_translation_pairs, split_translation_pairs
 from ..decoding import translate, translate_beam
 from ..models import Transformer, TransformerConfig
-from ..output import cross_entropy
+from ..output import IGNORE_INDEX, cross_entropy  # IGNORE_INDEX: padding is not a word to predict
 from ..tokenizers import WordTokenizer
 from ..training.loop import TrainConfig, train
-
-IGNORE_INDEX = -100  # label value that cross_entropy skips: padding is not a word to predict
 
 
 # ----------------------------------------------------------------------------------------------
