@@ -103,11 +103,3 @@ def test_package_modules_named_in_the_tours_exist():
         assert named, f"{package.__name__}'s docstring lists its modules"
         for name in named:
             assert (folder / f"{name}.py").exists(), f"{package.__name__} names {name}.py"
-
-
-def test_the_files_make_test_starts_first_exist():
-    """conftest.LONGEST_FIRST orders the suite; a renamed file would silently fall back to the end."""
-    import conftest
-
-    missing = [path for path in conftest.LONGEST_FIRST if not (Path(conftest.__file__).parent / path).exists()]
-    assert missing == []
