@@ -37,12 +37,10 @@ lab: $(STAMP)  ## set up, then open the course in JupyterLab
 
 # The tests spread over pytest-xdist workers, one per CPU this process may use (at most 4); a
 # lesson's notebook cells stay on one worker. TEST_JOBS=0 runs everything in this process.
-# --no-loadscope-reorder (pytest-xdist 3.8) keeps the order conftest.py gives, the longest files first;
-# xdist would otherwise start the files with the most tests first.
 # (Not xdist's `auto`: it counts physical cores, and a machine whose two CPUs are one core's two
 # hardware threads would get a single worker and take twice as long.)
 TEST_JOBS ?= $(shell $(PYTHON) -c "import os; n = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count(); print(min(4, n or 1))")
-XDIST := -n $(TEST_JOBS) --maxprocesses=4 --dist loadfile --no-loadscope-reorder
+XDIST := -n $(TEST_JOBS) --maxprocesses=4 --dist loadfile
 
 test: $(STAMP)  ## set up, then run the whole test suite (solution notebooks under nbval included)
 	$(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS)

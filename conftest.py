@@ -35,39 +35,14 @@ def _is_notebook(item: pytest.Item) -> bool:
     return str(item.fspath).endswith(".ipynb")
 
 
-# The longest files, longest first: seconds of test time in one `make test` on 2 CPUs
-# (pytest --durations=0, summed per file). Started first, they leave the many short files to
-# even out the workers at the end; a long file started last would run alone.
-LONGEST_FIRST = [
-    "tests/test_grading_ffn.py",  # 185 s
-    "tests/test_grading.py",  # 133 s
-    "tests/test_grading_later.py",  # 112 s
-    "tests/test_browser.py",  # 80 s
-    "tests/test_jupyterhub.py",  # 75 s
-    "tests/test_instructor.py",  # 70 s
-    "tests/test_parallel_autograde.py",  # 66 s
-    "tests/test_grading_pretrained.py",  # 46 s
-    "tests/test_grading_modern.py",  # 31 s
-    "solutions/08_training/08_training.ipynb",  # 21 s
-    "tests/test_bench.py",  # 20 s
-]
-
-
-def _start_order(item: pytest.Item) -> tuple[int, bool]:
-    path = item.nodeid.split("::")[0]
-    rank = LONGEST_FIRST.index(path) if path in LONGEST_FIRST else len(LONGEST_FIRST)
-    return rank, item.get_closest_marker("slow") is None
-
-
 def pytest_collection_modifyitems(config, items):
-    """Solution notebooks' cells are slow tests. The longest files go first, then the other slow
-    items, so that no worker is left with a long one at the end (`make test` keeps this order:
-    --no-loadscope-reorder). (Under pytest-xdist, `--dist loadfile` keeps a notebook's cells on
+    """Solution notebooks' cells are slow tests. Slow items go first, so that no worker is left
+    with a long one at the end. (Under pytest-xdist, `--dist loadfile` keeps a notebook's cells on
     one worker, in order: they share one kernel.)"""
     for item in items:
         if _is_notebook(item):
             item.add_marker(pytest.mark.slow)
-    items.sort(key=_start_order)  # (a stable sort: a file's tests stay in their order)
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # (a stable sort)
 
 
 def pytest_runtest_logreport(report):
