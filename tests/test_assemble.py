@@ -4,6 +4,7 @@ the same, generate with a cache, and fall back to the reference only where a com
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -11,7 +12,8 @@ import nbformat
 import pytest
 import torch
 
-from tfcourse.course.assemble import REFERENCE, reference_parts, your_gpt_config, your_parts, your_transformer_config
+from tfcourse.course.assemble import (REFERENCE, SAVE_FIRST, _saved_when, reference_parts, your_gpt_config,
+                                      your_parts, your_transformer_config)
 from tfcourse.data import get_batch
 from tfcourse.decoding import generate, translate
 from tfcourse.models import GPT, Transformer
@@ -41,7 +43,8 @@ def test_every_solution_component_is_taken_from_its_notebook(parts):
     for key, origin, why in parts.rows():
         assert origin != REFERENCE and why == "its check passed", f"{key}: {origin} ({why})"
     table = parts.table(markdown=True)
-    assert table.count("\n") == len(parts.rows()) + 1 and "02_embeddings" in table
+    assert table.count("\n") == len(parts.rows()) + 3 and "02_embeddings" in table  # the note, a blank, the header
+    assert table.startswith(f"*{SAVE_FIRST}*")  # the notebooks are read as saved: the learner is told so
 
 
 @pytest.mark.parametrize("norm_first", [True, False])
@@ -117,6 +120,15 @@ def _lessons_copy(tmp_path: Path, edits: dict[str, tuple[str, str, str]]) -> Pat
     return tmp_path
 
 
+def test_the_table_says_when_each_notebook_was_saved():
+    noon = 1_700_000_000.0
+    assert _saved_when(None) == "-"
+    assert _saved_when(noon, now=noon + 20).endswith(", just now")
+    assert _saved_when(noon, now=noon + 3 * 60).endswith(", 3 min ago")
+    assert _saved_when(noon, now=noon + 5 * 3600).endswith(", 5 h ago")
+    assert _saved_when(noon, now=noon + 3 * 86400).count("-") == 2  # older than a day: the date as well
+
+
 def test_a_failing_component_falls_back_and_the_table_says_why(tmp_path):
     folder = _lessons_copy(tmp_path, {
         "05_blocks": ("layer_norm_impl", "unbiased=False", "unbiased=True"),  # a wrong LayerNorm
@@ -127,6 +139,14 @@ def test_a_failing_component_falls_back_and_the_table_says_why(tmp_path):
     assert rows["LayerNorm"][0] == REFERENCE and rows["LayerNorm"][1].startswith("fails its check: ")
     assert rows["feed-forward network"][0] == REFERENCE and rows["feed-forward network"][1].startswith("unfinished")
     assert rows["cross-entropy"][0] == REFERENCE and "no notebook" in rows["cross-entropy"][1]
+    # Paths from the course folder, never absolute; the save time of every notebook read, none where none was.
+    assert str(tmp_path) not in parts.table() and "06_models/06_models.ipynb" in rows["cross-entropy"][1]
+    saved = {key: source.saved for key, source in parts.sources.items()}
+    assert saved["cross-entropy"] is None and saved["LayerNorm"] is not None and saved["input layer"] is not None
+    cells = [row.split(" | ") for row in parts.table(markdown=True).split("\n")[4:]]  # | key | from | saved | why |
+    markdown_rows = {cell[0].lstrip("| "): cell[2] for cell in cells}
+    assert re.fullmatch(r"\d\d:\d\d, .* ago|\d\d:\d\d, just now|\d{4}-\d\d-\d\d \d\d:\d\d, .*", markdown_rows["input layer"])
+    assert markdown_rows["cross-entropy"] == "-"
     for key in ("input layer", "multi-head attention", "encoder layer", "encoder stack"):
         assert rows[key][0] != REFERENCE, key
     # The table says what the composites' own lines say: passed with the reference LayerNorm in place.
@@ -194,3 +214,24 @@ def test_a_fused_attention_is_yours_in_the_assembled_gpt_and_its_cache(tmp_path)
     prompt = torch.randint(0, 11, (2, 3))
     cached = generate(model, prompt, 8, temperature=0, use_cache=True)
     assert torch.equal(cached, generate(model, prompt, 8, temperature=0, use_cache=False))
+
+
+def test_your_attention_serves_a_real_key_value_cache(parts):
+    """With the learner's attention, each cached step projects keys and values for the new token only
+    (lesson 07's cache), and the tokens are those generated without a cache."""
+    config = your_gpt_config(vocab_size=11, max_len=24, d_model=16, n_heads=2, n_layers=2, dropout=0.0)
+    torch.manual_seed(0)
+    model = parts.gpt(config).eval()
+    attention = model.blocks.layers[0].self_attn
+    assert type(attention).__name__ == "YourAttention"  # the learner's class, adapted
+    rows = {"w_k": [], "w_v": [], "w_q": []}
+    for name, seen in rows.items():
+        getattr(attention, name).register_forward_hook(lambda module, args, out, seen=seen: seen.append(args[0].shape[1]))
+    prompt = torch.randint(0, 11, (2, 5))
+    cached = generate(model, prompt, 6, temperature=0, use_cache=True)
+    assert rows["w_k"] == rows["w_v"] == [5] + [1] * 5  # the prompt once, then one new position per step
+    assert rows["w_q"] == [5] + [1] * 5
+    for seen in rows.values():
+        seen.clear()
+    assert torch.equal(cached, generate(model, prompt, 6, temperature=0, use_cache=False))
+    assert rows["w_k"] == [5, 6, 7, 8, 9, 10]  # without the cache every step projects every position again

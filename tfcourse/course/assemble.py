@@ -13,10 +13,12 @@ reference's interface: `model(ids)`, `model(ids, caches)` for generation, `make_
 
 Your classes are called the way the reference calls its own: small adapters (subclasses of your
 classes, so parameter names do not change) translate the arguments and let your attention serve a
-generation cache. Your `MultiHeadAttention(d_model, n_heads)` of lesson 03 has no key/value cache;
-while generating it keeps the layer's *inputs* so far and attends from the new positions to all of
-them, which gives exactly the outputs of a key/value cache, recomputing the projections of the
-earlier positions at each step.
+generation cache. Your `MultiHeadAttention(d_model, n_heads)` of lesson 03 has no key/value cache of
+its own; while generating, your forward runs as it is, and only its `w_k` and `w_v` are served from a
+cache: they project the new positions alone and hand back the keys and values computed at the earlier
+steps, as lesson 07's cache does. (With one fused `w_qkv`, which projects queries, keys and values of
+the same rows together, the layer's *inputs* are kept instead: the same outputs, the earlier positions'
+projections computed again at each step.)
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import contextlib
 import importlib
 import io
 import os
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +41,7 @@ from .. import blocks as reference_blocks
 from .. import ffn as reference_ffn
 from .. import manifest
 from ..attention import KVCache
+from ..layouts import attention_layout
 from ..models import GPT, GPTConfig, Transformer, TransformerConfig, layer_options
 from ..checks.adapters import called_like_the_lessons
 from .notebook_import import NotebookImportError, import_from_notebook
@@ -81,6 +85,7 @@ class Source:
     obj: Any  # the learner's class/function, or the reference's
     origin: str  # the notebook's path, or REFERENCE
     why: str  # "its check passed", "unfinished", "fails its check: ..."
+    saved: float | None = None  # when the notebook read was last saved (its mtime), if one was read
 
     @property
     def is_yours(self) -> bool:
@@ -120,15 +125,33 @@ def _find(component: Component, folder: Path) -> Source:
     notebook = folder / component.lesson / f"{component.lesson}.ipynb"
     reference = component.reference()
     if not notebook.is_file():
-        return Source(component, reference, REFERENCE, f"no notebook at {notebook}")
+        return Source(component, reference, REFERENCE, f"no notebook at {_shown(notebook, folder)}")
+    saved = notebook.stat().st_mtime  # what is read is the notebook as last saved
     try:
         obj = import_from_notebook(notebook, component.name)
-    except NotebookImportError as error:
-        return Source(component, reference, REFERENCE, f"unfinished: {error}")
+    except NotebookImportError as error:  # (its message names the notebook: by the path the table shows)
+        message = str(error).replace(str(notebook), _shown(notebook, folder))
+        return Source(component, reference, REFERENCE, f"unfinished: {message}", saved)
     problem, passed = _run_check(component, obj)
     if problem is not None:
-        return Source(component, reference, REFERENCE, f"fails its check: {problem}")
-    return Source(component, obj, _shown(notebook, folder), passed)
+        return Source(component, reference, REFERENCE, f"fails its check: {problem}", saved)
+    return Source(component, obj, _shown(notebook, folder), passed, saved)
+
+
+def _saved_when(mtime: float | None, now: float | None = None) -> str:
+    """When a notebook was last saved, for the table: "14:05, 3 min ago"; "-" where none was read."""
+    if mtime is None:
+        return "-"
+    minutes = ((time.time() if now is None else now) - mtime) / 60
+    clock = time.strftime("%H:%M" if minutes < 24 * 60 else "%Y-%m-%d %H:%M", time.localtime(mtime))
+    if minutes < 1:
+        return f"{clock}, just now"
+    return f"{clock}, {minutes:.0f} min ago" if minutes < 120 else f"{clock}, {minutes / 60:.0f} h ago"
+
+
+# The table reads files: an edit the learner has not saved is not in them.
+SAVE_FIRST = ("Read from your notebooks as saved on disk: save a lesson (Ctrl+S) before running this cell, "
+              "or its latest changes are not seen.")
 
 
 def _shown(notebook: Path, folder: Path) -> str:
@@ -191,14 +214,62 @@ def _attention_class(cls: type) -> type:
             if return_weights:
                 raise NotImplementedError("your MultiHeadAttention returns no weights; use the reference's")
             cache = cache if cache is not None else self.active_cache
-            if cache is not None and memory is None:  # self-attention while generating
-                # The layer's inputs so far, (B, 1, T, d_model): shaped like one head of a KV cache.
-                past = cache.k
-                memory = x if past is None else torch.cat([past[:, 0], x], dim=1)  # (B, T_past + T, d_model)
-                cache.k = cache.v = memory[:, None]
+            if cache is None or memory is not None:
+                return super().forward(x, memory, mask)
+            # Self-attention while generating.
+            if attention_layout(self) == "separate":
+                return self._forward_with_kv_cache(x, mask, cache)
+            # One fused w_qkv projects queries, keys and values of the same rows together: keep the layer's
+            # inputs so far instead, (B, 1, T, d_model) shaped like one head of a KV cache (the same outputs,
+            # the earlier positions' projections computed again at each step).
+            past = cache.k
+            memory = x if past is None else torch.cat([past[:, 0], x], dim=1)  # (B, T_past + T, d_model)
+            cache.k = cache.v = memory[:, None]
             return super().forward(x, memory, mask)
 
+        def _forward_with_kv_cache(self, x: Tensor, mask: Tensor | None, cache: KVCache) -> Tensor:
+            """Your forward on the new positions, with keys and values from a real cache: while it runs, w_k
+            and w_v project the new positions and hand back the cached projections of the earlier ones
+            before them, so your attention sees every position's key and value, each computed once."""
+            past_k, past_v = (None, None) if cache.k is None else (cache.k[:, 0], cache.v[:, 0])  # (B, T_past, d)
+            keys, values = _WithCachedRows(self.w_k, past_k), _WithCachedRows(self.w_v, past_v)
+            with _swapped(self, {"w_k": keys, "w_v": values}):
+                out = super().forward(x, None, mask)  # self-attention on the new positions x
+            if keys.projected is None or values.projected is None:
+                raise RuntimeError("your MultiHeadAttention did not call self.w_k and self.w_v on its memory: "
+                                   "the generation cache cannot serve it")
+            cache.k, cache.v = keys.projected[:, None], values.projected[:, None]  # (B, 1, T_past + T, d_model)
+            return out
+
     return YourAttention
+
+
+class _WithCachedRows:
+    """Stands in for your w_k or w_v during one cached step: projects the new positions it is given and
+    returns the cached projections of the earlier positions before them, as lesson 07's cache does
+    (each position's key and value computed once). A plain callable, not a module: it is made at every
+    step, and lives only while your forward runs."""
+
+    def __init__(self, linear: nn.Module, past: Tensor | None):
+        self.linear, self.past = linear, past
+        self.projected: Tensor | None = None
+
+    def __call__(self, new_positions: Tensor) -> Tensor:
+        new = self.linear(new_positions)  # (B, T_new, d_model)
+        self.projected = new if self.past is None else torch.cat([self.past, new], dim=1)  # (B, T, d_model)
+        return self.projected
+
+
+@contextlib.contextmanager
+def _swapped(module: nn.Module, stand_ins: dict[str, Callable[[Tensor], Tensor]]) -> Iterator[None]:
+    """`module.<name>` answered by a stand-in for the duration, the original put back after. (Straight into
+    the submodule table: nn.Module's setattr would refuse a stand-in that is not a module.)"""
+    originals = {name: module._modules[name] for name in stand_ins}
+    module._modules.update(stand_ins)
+    try:
+        yield
+    finally:
+        module._modules.update(originals)
 
 
 def _feed_forward_class(cls: type) -> Callable[..., nn.Module]:
@@ -236,13 +307,17 @@ class Parts:
         return [(key, s.origin, s.why) for key, s in self.sources.items()]
 
     def table(self, markdown: bool = False) -> str:
-        """One row per component: component | where it came from | why."""
+        """One row per component: component | where it came from | when that notebook was saved | why;
+        under a line that says the notebooks are read as saved."""
+        saved = {key: _saved_when(s.saved) for key, s in self.sources.items()}
         if markdown:
-            lines = ["| component | from | why |", "| --- | --- | --- |"]
-            lines += [f"| {k} | `{o}` | {w.replace('|', '/')} |" for k, o, w in self.rows()]
+            lines = [f"*{SAVE_FIRST}*", "", "| component | from | saved | why |", "| --- | --- | --- | --- |"]
+            lines += [f"| {k} | `{o}` | {saved[k]} | {w.replace('|', '/')} |" for k, o, w in self.rows()]
             return "\n".join(lines)
         width = max(len(k) for k, _, _ in self.rows())
-        return "\n".join(f"{k:<{width}}  {o}  ({w})" for k, o, w in self.rows())
+        rows = [f"{k:<{width}}  {o}  (saved {saved[k]}; {w})" if saved[k] != "-" else f"{k:<{width}}  {o}  ({w})"
+                for k, o, w in self.rows()]
+        return "\n".join([SAVE_FIRST, *rows])
 
     def _repr_markdown_(self) -> str:
         return self.table(markdown=True)
