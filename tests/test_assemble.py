@@ -235,3 +235,27 @@ def test_your_attention_serves_a_real_key_value_cache(parts):
         seen.clear()
     assert torch.equal(cached, generate(model, prompt, 6, temperature=0, use_cache=False))
     assert rows["w_k"] == [5, 6, 7, 8, 9, 10]  # without the cache every step projects every position again
+
+
+def test_this_lessons_parts_takes_yours_when_it_passes_and_the_reference_otherwise():
+    """Lesson 09's loss pipeline: each of its exercises 1-3 from the running notebook when it passes its
+    check, the reference in its place otherwise, the reason in the table."""
+    from tfcourse.course.assemble import THIS_NOTEBOOK, this_lessons_parts
+    from tfcourse.course.notebook_import import import_from_notebook
+    from tfcourse.training import translation
+
+    notebook = SOLUTIONS / "09_translation" / "09_translation.ipynb"
+    yours = {"shift_target": import_from_notebook(notebook, "shift_target"),
+                 "label_smoothed_cross_entropy": lambda logits, labels, epsilon, ignore_index=-100: logits.mean()}
+    references = {"shift_target": translation.shift_target,
+                  "label_smoothed_cross_entropy": translation.smoothed_cross_entropy,
+                  "encoder_decoder_forward": translation.model_forward}
+    pipeline = this_lessons_parts("09_translation", yours, references)
+    rows = {key: (origin, why) for key, origin, why in pipeline.rows()}
+    assert rows["shift_target"] == (THIS_NOTEBOOK, "its check passed")
+    assert pipeline.obj("shift_target") is yours["shift_target"]
+    assert rows["label_smoothed_cross_entropy"][0] == REFERENCE
+    assert rows["label_smoothed_cross_entropy"][1].startswith("fails its check: ")
+    assert pipeline.obj("label_smoothed_cross_entropy") is translation.smoothed_cross_entropy
+    assert rows["encoder_decoder_forward"] == (REFERENCE, "no encoder_decoder_forward in this notebook: run its cell")
+    assert not pipeline.table().startswith(SAVE_FIRST)  # nothing was read from disk

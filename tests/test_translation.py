@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from tfcourse.data import make_translation_pairs
+from tfcourse.models import Transformer, TransformerConfig
 from tfcourse.output import cross_entropy
 from tfcourse.training.translation import (
     IGNORE_INDEX,
@@ -17,7 +18,9 @@ from tfcourse.training.translation import (
     evaluate,
     exact_match,
     make_loss_fn,
+    model_forward,
     shift_target,
+    smoothed_cross_entropy,
     token_accuracy,
     train_translator,
     translate_sentences,
@@ -90,3 +93,38 @@ def test_fast_recipe_beats_the_copy_baseline_on_held_out_sentences():
     assert not set(english) & {e for e, _ in run["train_pairs"]}  # held out for real
     assert model_scores["token_accuracy"] > copy_scores["token_accuracy"] + 0.3, (model_scores, copy_scores)
     assert run["history"]["val_loss"][-1] < run["history"]["val_loss"][0]
+
+
+def test_the_loss_is_made_of_the_pieces_it_is_given():
+    """make_loss_fn's three steps can be replaced (lesson 09 trains with the learner's own): each is called,
+    and tfcourse's pieces give the loss of the plain recipe."""
+    pairs = make_translation_pairs(60, seed=3)
+    source_vocab, target_vocab = build_vocabularies(pairs)
+    src, tgt = encode_pairs(pairs[:4], source_vocab, target_vocab)
+    torch.manual_seed(0)
+    model = Transformer(TransformerConfig(source_vocab.vocab_size, target_vocab.vocab_size, d_model=16, n_heads=2,
+                                          n_layers=1, dropout=0.0, pad_id=source_vocab.pad_id)).eval()
+    calls = []
+
+    def spy(name, fn):
+        return lambda *args: calls.append(name) or fn(*args)
+
+    plain = make_loss_fn(source_vocab, target_vocab, 0.1)(model, src, tgt)
+    pieces = make_loss_fn(source_vocab, target_vocab, 0.1, shift=spy("shift", shift_target),
+                          loss=spy("loss", smoothed_cross_entropy), forward=spy("forward", model_forward))
+    assert torch.equal(pieces(model, src, tgt), plain) and calls == ["shift", "forward", "loss"]
+    wrong = make_loss_fn(source_vocab, target_vocab, 0.1, loss=lambda logits, labels, eps: logits.mean())
+    assert not torch.equal(wrong(model, src, tgt), plain)  # the piece given is the one used
+
+
+def test_train_translator_trains_with_the_loss_it_is_given():
+    calls = []
+
+    def make_loss(source_vocab, target_vocab, label_smoothing):
+        loss_fn = make_loss_fn(source_vocab, target_vocab, label_smoothing)
+        return lambda model, src, tgt: calls.append(src.shape) or loss_fn(model, src, tgt)
+
+    recipe = TranslationRecipe(n_pairs=200, d_model=16, n_heads=2, n_layers=1, batch_size=8, max_steps=3,
+                               warmup_steps=1)
+    train_translator(recipe, make_loss=make_loss)
+    assert len(calls) >= 3  # every training step (and the evaluations) went through it

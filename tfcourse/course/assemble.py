@@ -306,18 +306,28 @@ class Parts:
     def rows(self) -> list[tuple[str, str, str]]:
         return [(key, s.origin, s.why) for key, s in self.sources.items()]
 
+    def only(self, *keys: str) -> Parts:
+        """These components alone: the table of what a lesson really uses."""
+        return Parts({key: self.sources[key] for key in keys})
+
+    def obj(self, key: str) -> Any:
+        """The chosen object: yours, or the reference in its place."""
+        return self.sources[key].obj
+
     def table(self, markdown: bool = False) -> str:
         """One row per component: component | where it came from | when that notebook was saved | why;
         under a line that says the notebooks are read as saved."""
         saved = {key: _saved_when(s.saved) for key, s in self.sources.items()}
+        note = [SAVE_FIRST] if any(s.saved is not None for s in self.sources.values()) else []  # files were read
         if markdown:
-            lines = [f"*{SAVE_FIRST}*", "", "| component | from | saved | why |", "| --- | --- | --- | --- |"]
+            lines = [*(f"*{n}*" for n in note), *([""] if note else []), "| component | from | saved | why |",
+                     "| --- | --- | --- | --- |"]
             lines += [f"| {k} | `{o}` | {saved[k]} | {w.replace('|', '/')} |" for k, o, w in self.rows()]
             return "\n".join(lines)
         width = max(len(k) for k, _, _ in self.rows())
         rows = [f"{k:<{width}}  {o}  (saved {saved[k]}; {w})" if saved[k] != "-" else f"{k:<{width}}  {o}  ({w})"
                 for k, o, w in self.rows()]
-        return "\n".join([SAVE_FIRST, *rows])
+        return "\n".join([*note, *rows])
 
     def _repr_markdown_(self) -> str:
         return self.table(markdown=True)
@@ -471,10 +481,36 @@ def your_parts(folder: str | os.PathLike[str] | None = None) -> Parts:
     return Parts({c.key: _find(c, folder) for c in COMPONENTS})
 
 
+THIS_NOTEBOOK = "this notebook"
+
+
+def this_lessons_parts(lesson: str, yours: dict[str, Any], references: dict[str, Any]) -> Parts:
+    """The running lesson's own exercises as parts (e.g. lesson 09's loss pipeline): each function you
+    defined in this notebook (`yours`, by exercise name) when it is finished and passes its exercise
+    check, the reference in `references` otherwise, with the reason in the table."""
+    exercises = {e.name: e for e in manifest.exercises() if e.lesson == lesson}
+    sources = {}
+    for name, reference in references.items():
+        exercise = exercises[name]
+        component = Component(name, lesson, name, exercise.check, lambda reference=reference: reference)
+        obj = yours.get(name)
+        if obj is None:
+            sources[name] = Source(component, reference, REFERENCE, f"no {name} in this notebook: run its cell")
+            continue
+        problem, passed = _run_check(component, obj)
+        if problem is not None:
+            unfinished = "NotImplementedError" in problem
+            why = "unfinished: finish that exercise first" if unfinished else f"fails its check: {problem}"
+            sources[name] = Source(component, reference, REFERENCE, why)
+        else:
+            sources[name] = Source(component, obj, THIS_NOTEBOOK, passed)
+    return Parts(sources)
+
+
 def reference_parts() -> Parts:
     """The reference for every component: the model your parts are compared with."""
     return Parts({c.key: Source(c, c.reference(), REFERENCE, "chosen") for c in COMPONENTS})
 
 
-__all__ = ["COMPONENTS", "Component", "Parts", "Source", "your_parts", "reference_parts", "your_gpt_config",
-           "your_transformer_config", "REFERENCE"]
+__all__ = ["COMPONENTS", "Component", "Parts", "Source", "your_parts", "this_lessons_parts", "reference_parts",
+           "your_gpt_config", "your_transformer_config", "REFERENCE", "THIS_NOTEBOOK"]

@@ -79,13 +79,32 @@ def shift_target(tgt: Tensor, bos_id: int, eos_id: int, pad_id: int,
     return decoder_input, labels
 
 
-def make_loss_fn(source_vocab: WordTokenizer, target_vocab: WordTokenizer, label_smoothing: float = 0.1):
-    """loss_fn(model, src, tgt) for tfcourse.training.loop.train: shift, predict, smoothed cross-entropy."""
+# The pieces of the training loss, each replaceable (lesson 09 trains with the learner's own):
+ShiftFn = Callable[[Tensor, int, int, int], tuple[Tensor, Tensor]]  # (tgt, bos, eos, pad) -> (decoder input, labels)
+SmoothedLossFn = Callable[[Tensor, Tensor, float], Tensor]  # (logits, labels, epsilon) -> the mean loss
+ForwardFn = Callable[[nn.Module, Tensor, Tensor], Tensor]  # (model, src, decoder input) -> logits
+
+
+def smoothed_cross_entropy(logits: Tensor, labels: Tensor, epsilon: float) -> Tensor:
+    """Label-smoothed cross-entropy over the labels that are not IGNORE_INDEX (tfcourse's, for make_loss_fn)."""
+    return cross_entropy(logits, labels, ignore_index=IGNORE_INDEX, label_smoothing=epsilon)
+
+
+def model_forward(model: nn.Module, src: Tensor, decoder_input: Tensor) -> Tensor:
+    """The model's own forward pass (masks and all): model(src, decoder_input)."""
+    return model(src, decoder_input)
+
+
+def make_loss_fn(source_vocab: WordTokenizer, target_vocab: WordTokenizer, label_smoothing: float = 0.1, *,
+                 shift: ShiftFn = shift_target, loss: SmoothedLossFn = smoothed_cross_entropy,
+                 forward: ForwardFn = model_forward):
+    """loss_fn(model, src, tgt) for tfcourse.training.loop.train: shift, predict, smoothed cross-entropy.
+    `shift`, `loss` and `forward` are the three steps (lesson 09's exercises 1-3 can stand in for them)."""
 
     def loss_fn(model: Transformer, src: Tensor, tgt: Tensor) -> Tensor:
-        decoder_input, labels = shift_target(tgt, target_vocab.bos_id, target_vocab.eos_id, target_vocab.pad_id)
-        logits = model(src, decoder_input)  # (B, T + 1, V)
-        return cross_entropy(logits, labels, ignore_index=IGNORE_INDEX, label_smoothing=label_smoothing)
+        decoder_input, labels = shift(tgt, target_vocab.bos_id, target_vocab.eos_id, target_vocab.pad_id)
+        logits = forward(model, src, decoder_input)  # (B, T + 1, V)
+        return loss(logits, labels, label_smoothing)
 
     return loss_fn
 
@@ -182,10 +201,13 @@ class TranslationRecipe:
 
 
 def train_translator(recipe: TranslationRecipe, device: str | None = "cpu", progress: bool = False,
-                     build_model: Callable[[TransformerConfig], nn.Module] = Transformer) -> dict:
+                     build_model: Callable[[TransformerConfig], nn.Module] = Transformer,
+                     make_loss: Callable[..., Callable] = make_loss_fn) -> dict:
     """Generate the corpus, build vocabularies, train a Transformer; returns everything the lesson needs.
 
-    `build_model(config)` makes the model (e.g. one made of your own components).
+    `build_model(config)` makes the model (e.g. one made of your own components);
+    `make_loss(source_vocab, target_vocab, label_smoothing)` the training loss (e.g. from your own
+    shift_target, smoothed cross-entropy and forward pass: make_loss_fn with them in place).
     Keys: model, source_vocab, target_vocab, train_pairs, test_pairs, history.
     """
     pairs = make_translation_pairs(recipe.n_pairs, seed=recipe.seed)
@@ -205,14 +227,15 @@ def train_translator(recipe: TranslationRecipe, device: str | None = "cpu", prog
                                amp=False)  # fp32 everywhere: a d_model-64 model gains nothing from bf16,
                                            # and the lesson's accuracy figures were measured in fp32
     history = train(model, make_get_batch(splits, recipe.batch_size), train_config,
-                    loss_fn=make_loss_fn(source_vocab, target_vocab, recipe.label_smoothing))
+                    loss_fn=make_loss(source_vocab, target_vocab, recipe.label_smoothing))
     model.eval()
     return {"model": model, "source_vocab": source_vocab, "target_vocab": target_vocab,
             "train_pairs": train_pairs, "test_pairs": test_pairs, "history": history}
 
 
 __all__ = [
-    "IGNORE_INDEX", "words", "build_vocabularies", "pad", "encode_pairs", "shift_target", "make_loss_fn",
+    "IGNORE_INDEX", "words", "build_vocabularies", "pad", "encode_pairs", "shift_target", "smoothed_cross_entropy",
+    "model_forward", "make_loss_fn",
     "make_get_batch", "translate_sentences", "exact_match", "token_accuracy", "copy_baseline", "evaluate",
     "TranslationRecipe", "train_translator",
 ]
