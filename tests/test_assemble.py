@@ -259,3 +259,26 @@ def test_this_lessons_parts_takes_yours_when_it_passes_and_the_reference_otherwi
     assert pipeline.obj("label_smoothed_cross_entropy") is translation.smoothed_cross_entropy
     assert rows["encoder_decoder_forward"] == (REFERENCE, "no encoder_decoder_forward in this notebook: run its cell")
     assert not pipeline.table().startswith(SAVE_FIRST)  # nothing was read from disk
+
+
+def test_an_attention_that_reads_its_weights_itself_keeps_the_inputs_cache(tmp_path):
+    """`source @ self.w_k.weight.T + self.w_k.bias` never calls w_k: the adapter sees it at the first cached
+    step and keeps the layer's inputs from then on; the tokens are right either way."""
+    folder = _lessons_copy(tmp_path, {})
+    path = folder / "03_attention" / "03_attention.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "mha_impl")
+    for name in ("k", "v"):
+        old = f"{name} = split_heads(self.w_{name}(source), self.n_heads)"
+        assert old in cell.source, "03_attention/mha_impl changed: update this test"
+        cell.source = cell.source.replace(old, f"{name} = split_heads(source @ self.w_{name}.weight.T + "
+                                                f"self.w_{name}.bias, self.n_heads)")
+    nbformat.write(nb, path)
+    parts = your_parts(folder)
+    config = your_gpt_config(vocab_size=11, max_len=16, d_model=16, n_heads=2, n_layers=2, dropout=0.0)
+    torch.manual_seed(0)
+    model = parts.gpt(config).eval()
+    prompt = torch.randint(0, 11, (2, 3))
+    cached = generate(model, prompt, 8, temperature=0, use_cache=True)
+    assert torch.equal(cached, generate(model, prompt, 8, temperature=0, use_cache=False))
+    assert model.blocks.layers[0].self_attn.calls_its_projections is False

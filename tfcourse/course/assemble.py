@@ -202,6 +202,9 @@ def _attention_class(cls: type) -> type:
 
     class YourAttention(cls):
         active_cache: KVCache | None = None
+        # Whether your forward projects keys and values by calling self.w_k and self.w_v (learnt at its first
+        # cached step): then it is served a real key/value cache, else the inputs cache.
+        calls_its_projections: bool | None = None
 
         def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, **_reference_options: Any):
             # Your attention has no dropout of its own: the paper drops sub-layer outputs, which your
@@ -217,7 +220,7 @@ def _attention_class(cls: type) -> type:
             if cache is None or memory is not None:
                 return super().forward(x, memory, mask)
             # Self-attention while generating.
-            if attention_layout(self) == "separate":
+            if attention_layout(self) == "separate" and self.calls_its_projections is not False:
                 return self._forward_with_kv_cache(x, mask, cache)
             # One fused w_qkv projects queries, keys and values of the same rows together: keep the layer's
             # inputs so far instead, (B, 1, T, d_model) shaped like one head of a KV cache (the same outputs,
@@ -236,8 +239,12 @@ def _attention_class(cls: type) -> type:
             with _swapped(self, {"w_k": keys, "w_v": values}):
                 out = super().forward(x, None, mask)  # self-attention on the new positions x
             if keys.projected is None or values.projected is None:
-                raise RuntimeError("your MultiHeadAttention did not call self.w_k and self.w_v on its memory: "
-                                   "the generation cache cannot serve it")
+                # Your forward reads w_k's and w_v's weights itself (x @ self.w_k.weight.T ...). At the first
+                # step (no past) its output is right all the same; from now on, keep the inputs instead.
+                self.calls_its_projections = False
+                cache.k = cache.v = x[:, None]  # (B, 1, T, d_model): the inputs cache
+                return out
+            self.calls_its_projections = True
             cache.k, cache.v = keys.projected[:, None], values.projected[:, None]  # (B, 1, T_past + T, d_model)
             return out
 
@@ -258,6 +265,9 @@ class _WithCachedRows:
         new = self.linear(new_positions)  # (B, T_new, d_model)
         self.projected = new if self.past is None else torch.cat([self.past, new], dim=1)  # (B, T, d_model)
         return self.projected
+
+    def __getattr__(self, name: str) -> Any:  # .weight, .bias, ...: the projection's own
+        return getattr(self.linear, name)
 
 
 @contextlib.contextmanager
