@@ -274,6 +274,9 @@ def test_causal_mask_is_tried_on_the_meta_device_only_when_a_constructor_misses_
     hard_coded, _ = recording(lambda t_q, t_k, device: causal(t_q, t_k, "cpu"))
     with pytest.raises(CheckFailed, match=r"device='meta'\): your mask is on cpu"):
         check_causal_mask(hard_coded)
+    made_there_then_moved_back, _ = recording(lambda t_q, t_k, device: causal(t_q, t_k, device).cpu())
+    with pytest.raises(CheckFailed, match=r"device='meta'\): your mask leaves the device it is asked for"):
+        check_causal_mask(made_there_then_moved_back)
 
 
 def test_causal_mask_off_limits():

@@ -332,7 +332,13 @@ def check_causal_mask(learner_fn: Callable, hidden: bool = False) -> None:
             raise CheckFailed(f"causal_mask(3, 5, device='cpu:0'): expected a (3, 5) bool mask, got {got}")
         for device in ([] if screen.all_given else ["meta"]) + gpu:
             what = f"causal_mask(3, 5, device={device!r})"
-            mask = call_learner(what, learner_fn, 3, 5, device=device)
+            try:
+                mask = call_learner(what, learner_fn, 3, 5, device=device)
+            except CheckFailed as failure:
+                if "meta tensor" not in str(failure.__cause__):
+                    raise
+                raise CheckFailed(f"{what}: your mask leaves the device it is asked for (.cpu(), .to(...)); keep "
+                                  "it there, so that on a GPU it sits next to the scores") from None
             if not isinstance(mask, Tensor) or mask.device.type != device:
                 where = mask.device.type if isinstance(mask, Tensor) else type(mask).__name__
                 raise CheckFailed(f"{what}: your mask is on {where}; create it on the given device (device=device "

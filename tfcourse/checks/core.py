@@ -251,7 +251,9 @@ def call_learner(what: str, fn: Callable, *args: Any, **kwargs: Any) -> Any:
         return result
     except CheckFailed:
         raise
-    except NotImplementedError:
+    except NotImplementedError as error:
+        if str(error):  # torch's own, e.g. "Cannot copy out of meta tensor": not the exercise's empty stub
+            raise CheckFailed(f"{what}: your code raised NotImplementedError: {error}") from error
         raise CheckFailed(f"{what}: not implemented yet — replace `raise NotImplementedError()` with your code") from None
     except SystemExit as exit_:
         raise CheckFailed(f"{what}: your code called sys.exit({exit_.code}); return a value instead") from None
@@ -392,7 +394,11 @@ class ConstructorScreen(TorchFunctionMode):
         if func in _DeviceScreen.constructors:
             given = kwargs.get("device")
             self.all_given = self.all_given and given is not None and torch.device(given) == self.device
+        elif func in self.moves:  # a tensor moved (perhaps to the CPU): only the meta device can tell
+            self.all_given = False
         return func(*args, **kwargs)
+
+    moves = frozenset({Tensor.to, Tensor.cpu, Tensor.cuda, Tensor.type})
 
 
 def expect_portable(what: str, module: nn.Module, inputs: Sequence[Any]) -> None:
