@@ -26,7 +26,7 @@ from .blocks import Decoder, DecoderLayerCache, Encoder, EncoderLayer, LayerNorm
 from .config_fields import check_choices
 from .embedding import InputEmbedding, LearnedPositionalEmbedding, TokenEmbedding
 from .ffn import PositionwiseFeedForward
-from .modern import GroupedQueryAttention, RMSNorm, SwiGLUFeedForward
+from .modern import ROPE_LAYOUTS, GroupedQueryAttention, RMSNorm, SwiGLUFeedForward
 from .validation import expect_divisible, expect_tensor
 
 
@@ -292,8 +292,8 @@ class GPTConfig:
         if kv < 1 or self.n_heads % kv != 0:
             raise ValueError(f"n_kv_heads ({self.n_kv_heads}) must divide n_heads ({self.n_heads}): each "
                              "key/value head serves an equal group of query heads")
-        if self.rope_layout not in ("half", "interleaved"):
-            raise ValueError(f"rope_layout must be 'half' or 'interleaved', got {self.rope_layout!r}")
+        if self.rope_layout not in ROPE_LAYOUTS:
+            raise ValueError(f"rope_layout must be one of {ROPE_LAYOUTS}, got {self.rope_layout!r}")
 
     @property
     def d_head(self) -> int:

@@ -9,6 +9,7 @@ module must also work where a GPU run puts them: `causal_mask` on the device it 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 from collections.abc import Callable
@@ -322,29 +323,30 @@ def check_causal_mask(learner_fn: Callable, hidden: bool = False) -> None:
     # screened call on the CPU does not show every constructor handed the device (ConstructorScreen).
     gpu = ["cuda"] if hidden and torch.cuda.is_available() else []
 
+    def expect_mask_made_on(device: torch.device | str, watch: contextlib.AbstractContextManager) -> None:
+        """causal_mask(3, 5, device=device) is a (3, 5) bool mask on that device (`watch`: a screen, or none)."""
+        what = f"causal_mask(3, 5, device={str(device)!r})"
+        try:
+            with watch:
+                mask = call_learner(what, learner_fn, 3, 5, device=device)
+        except CheckFailed as failure:
+            if "meta tensor" not in str(failure.__cause__):
+                raise
+            raise CheckFailed(f"{what}: your mask leaves the device it is asked for (.cpu(), .to(...)); keep "
+                              "it there, so that on a GPU it sits next to the scores") from None
+        if not isinstance(mask, Tensor) or mask.device.type != torch.device(device).type:
+            where = mask.device.type if isinstance(mask, Tensor) else type(mask).__name__
+            raise CheckFailed(f"{what}: your mask is on {where}; create it on the given device (device=device "
+                              "in the tensor you build), so that on a GPU it sits next to the scores")
+        if tuple(mask.shape) != (3, 5) or mask.dtype != torch.bool:
+            raise CheckFailed(f"{what}: expected a (3, 5) bool mask, got {shape_str(mask)} {mask.dtype}")
+
     def expect_mask_on_devices() -> None:
         """The mask is made on the device it is asked for, so that on a GPU it sits next to the scores."""
         screen = ConstructorScreen(torch.device("cpu", 0))
-        with screen:
-            mask = call_learner("causal_mask(3, 5, device='cpu:0')", learner_fn, 3, 5, device=torch.device("cpu", 0))
-        if not isinstance(mask, Tensor) or tuple(mask.shape) != (3, 5) or mask.dtype != torch.bool:
-            got = f"{shape_str(mask)} {mask.dtype}" if isinstance(mask, Tensor) else type(mask).__name__
-            raise CheckFailed(f"causal_mask(3, 5, device='cpu:0'): expected a (3, 5) bool mask, got {got}")
+        expect_mask_made_on(torch.device("cpu", 0), screen)
         for device in ([] if screen.all_given else ["meta"]) + gpu:
-            what = f"causal_mask(3, 5, device={device!r})"
-            try:
-                mask = call_learner(what, learner_fn, 3, 5, device=device)
-            except CheckFailed as failure:
-                if "meta tensor" not in str(failure.__cause__):
-                    raise
-                raise CheckFailed(f"{what}: your mask leaves the device it is asked for (.cpu(), .to(...)); keep "
-                                  "it there, so that on a GPU it sits next to the scores") from None
-            if not isinstance(mask, Tensor) or mask.device.type != device:
-                where = mask.device.type if isinstance(mask, Tensor) else type(mask).__name__
-                raise CheckFailed(f"{what}: your mask is on {where}; create it on the given device (device=device "
-                                  "in the tensor you build), so that on a GPU it sits next to the scores")
-            if tuple(mask.shape) != (3, 5) or mask.dtype != torch.bool:
-                raise CheckFailed(f"{what}: expected a (3, 5) bool mask, got {shape_str(mask)} {mask.dtype}")
+            expect_mask_made_on(device, contextlib.nullcontext())
 
     run(CAUSAL_MASK, learner_fn, cases, hidden, then=expect_mask_on_devices)
 
