@@ -13,7 +13,10 @@ import torch
 from torch import nn
 
 from tfcourse.training.loop import (
+    LoopFunctions,
+    StepwiseAdamW,
     TrainConfig,
+    adamw_step,
     clip_gradients,
     configure_optimizer,
     default_loss,
@@ -22,7 +25,9 @@ from tfcourse.training.loop import (
     CHECKPOINT_KEYS,
     load_checkpoint,
     make_grad_scaler,
+    mean_loss,
     pick_device,
+    plain_train_step,
     save_checkpoint,
     train,
     train_step,
@@ -711,3 +716,96 @@ def test_a_text_mode_file_is_a_clear_error(tmp_path):
             load_checkpoint(file, model, optimizer)
     with pytest.raises(TypeError, match="a path .* or a binary file object with .write\\(\\), got int"):
         save_checkpoint(3, model, optimizer, step=1, config=config)
+
+
+# --------------------------------------------------------------------------- lesson 08's functions in the loop
+
+
+def test_adamw_step_is_torchs_adamw():
+    torch.manual_seed(0)
+    weights = [torch.randn(3, 4), torch.randn(5)]
+    mine = [w.clone() for w in weights]
+    torchs = [nn.Parameter(w.clone()) for w in weights]
+    optimizer = torch.optim.AdamW(torchs, lr=0.01, betas=(0.8, 0.95), eps=1e-6, weight_decay=0.1, foreach=False)
+    m, v = [torch.zeros_like(w) for w in weights], [torch.zeros_like(w) for w in weights]
+    for step in range(1, 6):
+        grads = [torch.randn_like(w) for w in weights]
+        for p, g in zip(torchs, grads):
+            p.grad = g.clone()
+        optimizer.step()
+        adamw_step(mine, grads, m, v, step, 0.01, (0.8, 0.95), 1e-6, 0.1)
+    for a, b in zip(mine, torchs):
+        torch.testing.assert_close(a, b.detach(), rtol=1e-5, atol=1e-6)
+
+
+def test_the_loops_functions_train_as_the_loop_does():
+    """LoopFunctions' defaults (lesson 08's exercises, written by the reference) give the loop's own run."""
+    config = small_config(max_steps=20, eval_interval=5)
+    own = train(make_model(), get_batch, config)
+    functions = train(make_model(), get_batch, config, functions=LoopFunctions())
+    assert functions["eval_step"] == own["eval_step"]
+    torch.testing.assert_close(torch.tensor(functions["train_loss"]), torch.tensor(own["train_loss"]),
+                               rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(torch.tensor(functions["val_loss"]), torch.tensor(own["val_loss"]),
+                               rtol=1e-4, atol=1e-5)
+
+
+class Spy:
+    """Calls `function` and counts the calls."""
+
+    def __init__(self, function):
+        self.function, self.calls = function, 0
+
+    def __call__(self, *args):
+        self.calls += 1
+        return self.function(*args)
+
+
+def test_train_calls_every_function_it_is_given():
+    spies = {name: Spy(getattr(LoopFunctions(), name))
+             for name in ("lr_at", "make_optimizer", "train_step", "estimate_loss")}
+    config = small_config(max_steps=12, eval_interval=4)
+    history = train(make_model(), get_batch, config, functions=LoopFunctions(**spies))
+    assert spies["make_optimizer"].calls == 1
+    assert spies["lr_at"].calls == spies["train_step"].calls == 12
+    assert spies["estimate_loss"].calls == 2 * len(history["eval_step"])  # train and val at each estimate
+    assert isinstance(spies["make_optimizer"].function(make_model(), config), StepwiseAdamW)
+
+
+def test_a_run_with_the_functions_resumes_exactly(tmp_path):
+    checkpoint = str(tmp_path / "run.pt")
+    config = small_config(max_steps=12, eval_interval=4)
+    straight = train(make_model(), get_batch, config, functions=LoopFunctions())
+
+    crashes_after_7 = Spy(plain_train_step)
+
+    def train_step_that_crashes(*args):
+        if crashes_after_7.calls == 7:
+            raise Interrupted
+        return crashes_after_7(*args)
+
+    resumable = small_config(max_steps=12, eval_interval=4, checkpoint_path=checkpoint, checkpoint_interval=6)
+    with pytest.raises(Interrupted):
+        train(make_model(), get_batch, resumable, functions=LoopFunctions(train_step=train_step_that_crashes))
+    resumed = train(make_model(seed=5), get_batch, resumable, resume=True, functions=LoopFunctions())
+    assert resumed["train_loss"] == straight["train_loss"]
+    assert resumed["val_loss"] == straight["val_loss"]
+
+
+def test_functions_and_a_loss_fn_are_refused_together():
+    with pytest.raises(ValueError, match="leave loss_fn out"):
+        train(make_model(), get_batch, small_config(), loss_fn=lambda m, x, y: default_loss(m, x, y),
+              functions=LoopFunctions())
+    with pytest.raises(TypeError, match="must be a tfcourse.training.loop.LoopFunctions, got dict"):
+        train(make_model(), get_batch, small_config(), functions={"lr_at": lr_at})
+
+
+def test_mean_loss_restores_the_mode_and_matches_estimate_loss():
+    model = make_model().train()
+    generator = torch.Generator().manual_seed(0)
+    batches = [get_batch("val", generator) for _ in range(3)]
+    value = mean_loss(model, batches)
+    assert model.training
+    with torch.no_grad():
+        expected = sum(default_loss(model.eval(), x, y).item() for x, y in batches) / 3
+    assert value == pytest.approx(expected)

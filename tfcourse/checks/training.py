@@ -43,11 +43,13 @@ LR_OFF_LIMITS = [
 ]
 LR_SCHEDULE = Exercise("the learning-rate schedule", LR_OFF_LIMITS,
                        "lr_at matches tfcourse.training.loop.lr_at on {n} schedules", no_grad=False)
-TRAIN_STEP_OFF_LIMITS = ["tfcourse.training.loop.train_step", "tfcourse.training.loop.default_loss"]
+TRAIN_STEP_OFF_LIMITS = ["tfcourse.training.loop.train_step", "tfcourse.training.loop.plain_train_step",
+                         "tfcourse.training.loop.default_loss"]
 TRAIN_STEP = Exercise("one training step", TRAIN_STEP_OFF_LIMITS,
                       "train_step leaves the same parameters as tfcourse.training.loop.train_step on {n} cases",
                       no_grad=False)
-ESTIMATE_LOSS_OFF_LIMITS = ["tfcourse.training.loop.estimate_loss", "tfcourse.training.loop.default_loss"]
+ESTIMATE_LOSS_OFF_LIMITS = ["tfcourse.training.loop.estimate_loss", "tfcourse.training.loop.mean_loss",
+                            "tfcourse.training.loop.default_loss"]
 ESTIMATE_LOSS = Exercise("the evaluation loop", ESTIMATE_LOSS_OFF_LIMITS,
                          "estimate_loss matches tfcourse.training.loop.estimate_loss on {n} cases, in eval mode, "
                          "without gradients, and leaves the model training", no_grad=False)
@@ -61,6 +63,8 @@ ADAMW_OFF_LIMITS = [
     "tfcourse.training.loop.train",
     "tfcourse.training.loop.train_step",
     "tfcourse.training.loop.configure_optimizer",
+    "tfcourse.training.loop.adamw_step",
+    "tfcourse.training.loop.plain_train_step",
 ]
 # Under torch.no_grad(), as optimizer.step() runs it. {steps}: every case's steps together.
 ADAMW_STEP = Exercise("AdamW's update", ADAMW_OFF_LIMITS,

@@ -213,20 +213,67 @@ def configure_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Ad
     gains are 1-D: they only shift and scale, there are few of them, and pulling a gain
     towards 0 would just switch its layer off. So they are not decayed.
     """
-    parameters = [p for p in model.parameters() if p.requires_grad]
-    decayed = [p for p in parameters if p.dim() >= 2]
-    not_decayed = [p for p in parameters if p.dim() < 2]
-    groups = [
-        {"params": decayed, "weight_decay": config.weight_decay},
-        {"params": not_decayed, "weight_decay": 0.0},
-    ]
-    groups = [group for group in groups if group["params"]]
+    groups = weight_groups(model, config.weight_decay)
     if not groups:
         raise ValueError("the model has no trainable parameters (none with requires_grad=True)")
 
     # The fused kernel updates all parameters in one go: faster, but CUDA only.
-    on_cuda = parameters[0].device.type == "cuda"
+    on_cuda = groups[0]["params"][0].device.type == "cuda"
     return torch.optim.AdamW(groups, lr=config.lr, betas=config.betas, fused=on_cuda)
+
+
+def adamw_step(params: list[torch.Tensor], grads: list[torch.Tensor], exp_avg: list[torch.Tensor],
+               exp_avg_sq: list[torch.Tensor], step: int, lr: float, betas: tuple[float, float], eps: float,
+               weight_decay: float) -> None:
+    """One AdamW update of every weight in `params`, in place, with its running averages `exp_avg` (m)
+    and `exp_avg_sq` (v); `step` counts from 1. torch.optim.AdamW's update, written out: lesson 08's
+    exercise 2 (the solution mirrors it), which `StepwiseAdamW` calls, under torch.no_grad()."""
+    beta1, beta2 = betas
+    # m and v started at 0: after `step` updates they hold only this fraction of what they estimate.
+    correction1 = 1 - beta1 ** step
+    correction2 = 1 - beta2 ** step
+    for p, g, m, v in zip(params, grads, exp_avg, exp_avg_sq):
+        p.mul_(1 - lr * weight_decay)  # decoupled decay, on the weights as they were before this step
+        m.mul_(beta1).add_(g, alpha=1 - beta1)  # m <- beta1 m + (1 - beta1) g
+        v.mul_(beta2).addcmul_(g, g, value=1 - beta2)  # v <- beta2 v + (1 - beta2) g^2
+        denominator = (v / correction2).sqrt() + eps  # sqrt(v_hat) + eps: eps outside the root
+        p.addcdiv_(m / correction1, denominator, value=-lr)  # p <- p - lr m_hat / (sqrt(v_hat) + eps)
+
+
+AdamWUpdate = Callable[..., None]  # adamw_step's signature
+
+
+class StepwiseAdamW(torch.optim.Optimizer):
+    """torch's optimizer bookkeeping (parameter groups, state, zero_grad, state_dict) around an update
+    function with `adamw_step`'s signature: lesson 08's optimizer, made of a learner's own update."""
+
+    def __init__(self, groups: Any, lr: float, betas: tuple[float, float] = (0.9, 0.99), eps: float = 1e-8,
+                 weight_decay: float = 0.0, update: AdamWUpdate = adamw_step):
+        super().__init__(groups, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
+        self.update = update
+
+    @torch.no_grad()
+    def step(self, closure: None = None) -> None:
+        for group in self.param_groups:
+            params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
+            states = [self.state[p] for p in params]
+            for p, state in zip(params, states):
+                if not state:  # before the first step: m = v = 0
+                    state.update(step=0, exp_avg=torch.zeros_like(p), exp_avg_sq=torch.zeros_like(p))
+                state["step"] += 1
+            self.update(params, [p.grad for p in params], [s["exp_avg"] for s in states],
+                        [s["exp_avg_sq"] for s in states], states[0]["step"], group["lr"], group["betas"],
+                        group["eps"], group["weight_decay"])
+
+
+def weight_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """configure_optimizer's two groups: decay on the matrices, none on biases and norm gains."""
+    parameters = [p for p in model.parameters() if p.requires_grad]
+    groups = [{"params": [p for p in parameters if p.dim() >= 2], "weight_decay": weight_decay},
+              {"params": [p for p in parameters if p.dim() < 2], "weight_decay": 0.0}]
+    return [group for group in groups if group["params"]]
 
 
 # --------------------------------------------------------------------------- mixed precision
@@ -360,6 +407,50 @@ def train_step(
     optimizer.zero_grad(set_to_none=True)
 
     return loss.detach()
+
+
+Batch = tuple[torch.Tensor, torch.Tensor]
+
+
+def plain_train_step(model: nn.Module, batch: Batch, optimizer: torch.optim.Optimizer, grad_clip: float) -> float:
+    """`train_step` in the form of lesson 08's exercise 4: no scaler, no loss function to choose (the
+    cross-entropy of next-token logits), the loss returned as a float."""
+    x, y = batch
+    loss = default_loss(model, x, y)
+    loss.backward()
+    clip_gradients(model.parameters(), grad_clip)  # between backward (makes them) and step (uses them)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return loss.item()
+
+
+@torch.no_grad()
+def mean_loss(model: nn.Module, batches: list[Batch]) -> float:
+    """`estimate_loss` in the form of lesson 08's exercise 5: the mean cross-entropy over a list of
+    (x, y) batches, in eval mode; the model's mode is restored afterwards."""
+    was_training = model.training
+    model.eval()
+    try:
+        return sum(default_loss(model, x, y).item() for x, y in batches) / len(batches)
+    finally:
+        model.train(was_training)
+
+
+@dataclass(frozen=True)
+class LoopFunctions:
+    """The loop's moves in the form lesson 08's exercises write them. `train(..., functions=...)` calls
+    these instead of its own; its checkpoints, evaluation schedule, best weights and history stay.
+
+    lr_at(step, config) -> float; make_optimizer(model, config) -> an optimizer;
+    train_step(model, (x, y), optimizer, grad_clip) -> the batch's loss as a float;
+    estimate_loss(model, [(x, y), ...]) -> the mean loss, as a float.
+    """
+
+    lr_at: Callable[[int, TrainConfig], float] = lr_at
+    make_optimizer: Callable[[nn.Module, TrainConfig], torch.optim.Optimizer] = (
+        lambda model, config: StepwiseAdamW(weight_groups(model, config.weight_decay), config.lr, config.betas))
+    train_step: Callable[[nn.Module, Batch, torch.optim.Optimizer, float], float] = plain_train_step
+    estimate_loss: Callable[[nn.Module, list[Batch]], float] = mean_loss
 
 
 @torch.no_grad()
@@ -610,6 +701,32 @@ def _save_best(path: str, model: nn.Module, step: int, val_loss: float) -> None:
     _save_atomically({"model": model.state_dict(), "step": step, "val_loss": val_loss}, path)
 
 
+def _functions_estimate_and_step(functions: LoopFunctions, model: Any, optimizer: torch.optim.Optimizer,
+                                 get_batch: GetBatch, config: TrainConfig, device: torch.device
+                                 ) -> tuple[Callable[[], dict[str, float]], Callable[[Batch], torch.Tensor]]:
+    """train()'s estimate() and step(batch) made of `functions`: the evaluation batches are drawn once,
+    from the seed `estimate_loss` uses, so every estimate scores the same ones."""
+    bf16 = amp_dtype(device, config.amp) == torch.bfloat16
+    precision = functools.partial(autocast_context, device, bf16)  # fp16 would need a scaler in the step
+
+    def batches(split: str) -> list[Batch]:
+        generator = torch.Generator().manual_seed(config.seed)
+        drawn = [get_batch(split, generator) for _ in range(config.eval_steps)]
+        return [(x.to(device), y.to(device)) for x, y in drawn]
+
+    eval_batches = {split: batches(split) for split in ("train", "val")}
+
+    def estimate() -> dict[str, float]:
+        with precision():
+            return {split: float(functions.estimate_loss(model, drawn)) for split, drawn in eval_batches.items()}
+
+    def step(batch: Batch) -> torch.Tensor:
+        with precision():
+            return torch.tensor(float(functions.train_step(model, batch, optimizer, config.grad_clip)))
+
+    return estimate, step
+
+
 def train(
     model: nn.Module,
     get_batch: GetBatch,
@@ -617,6 +734,7 @@ def train(
     loss_fn: LossFn = default_loss,
     resume: bool = False,
     on_step: StepHook | None = None,
+    functions: LoopFunctions | None = None,
 ) -> dict[str, Any]:
     """Train `model` on batches from `get_batch(split, generator)`; returns the history.
 
@@ -629,9 +747,19 @@ def train(
 
     On a GPU the CPU queues work ahead of the device; the loop reads numbers back (a sync) only
     every `log_interval` steps and at evaluations, so the queue stays full in between.
+
+    `functions` (a `LoopFunctions`): the schedule, optimizer, step and evaluation to run instead of the
+    loop's own, e.g. lesson 08's exercises. Their train_step computes its own loss (so `loss_fn` must
+    stay the default) and returns a float (one wait for the GPU per step); the mixed precision around
+    them is bf16 autocast only, as an fp16 run would need the loop's gradient scaler inside the step.
     """
     if resume and config.checkpoint_path is None:
         raise ValueError("resume=True needs config.checkpoint_path: where is the checkpoint?")
+    if functions is not None and not isinstance(functions, LoopFunctions):
+        raise TypeError(f"functions must be a tfcourse.training.loop.LoopFunctions, got {type(functions).__name__}")
+    if functions is not None and loss_fn is not default_loss:
+        raise ValueError("train(functions=...) takes its loss from functions.train_step and "
+                         "functions.estimate_loss: leave loss_fn out")
     resuming = resume and os.path.exists(config.checkpoint_path)
     if not resuming:
         set_seed(config.seed)
@@ -639,8 +767,9 @@ def train(
     device = pick_device(config.device)
     model.to(device)
     model.train()
-    optimizer = configure_optimizer(model, config)
-    scaler = make_grad_scaler(device, config.amp)
+    optimizer = functions.make_optimizer(model, config) if functions else configure_optimizer(model, config)
+    scaler = make_grad_scaler(device, config.amp and functions is None)
+    schedule = functions.lr_at if functions else lr_at
     generator = torch.Generator().manual_seed(config.seed)  # the order of training batches
     # Optimizer and checkpoints use `model`; compute runs through the (maybe) compiled one.
     model_to_run = _CompiledOrEager(model) if config.compile else model
@@ -655,10 +784,16 @@ def train(
         history["device"] = str(device)
 
     # The same call every time; only the step it is recorded under changes.
-    estimate = functools.partial(
-        estimate_loss, model_to_run, get_batch, config.eval_steps, loss_fn, device,
-        amp=config.amp, seed=config.seed,
-    )
+    if functions is None:
+        estimate = functools.partial(
+            estimate_loss, model_to_run, get_batch, config.eval_steps, loss_fn, device,
+            amp=config.amp, seed=config.seed,
+        )
+        take_step = functools.partial(train_step, model_to_run, optimizer=optimizer, scaler=scaler,
+                                      config=config, loss_fn=loss_fn)
+    else:
+        estimate, take_step = _functions_estimate_and_step(functions, model_to_run, optimizer, get_batch, config,
+                                                           device)
     started = time.perf_counter()
     eval_seconds = 0.0
     if step == 0:
@@ -677,12 +812,12 @@ def train(
     ) as progress:
         while step < config.max_steps:
             step += 1
-            lr = lr_at(step, config)
+            lr = schedule(step, config)
             set_lr(optimizer, lr)
 
             x, y = get_batch("train", generator)
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-            pending.append(train_step(model_to_run, (x, y), optimizer, scaler, config, loss_fn))
+            pending.append(take_step((x, y)))
             tokens_trained += x.numel()
             history["step"].append(step)
             history["lr"].append(lr)
@@ -724,5 +859,6 @@ __all__ = [
     "GetBatch", "LossFn", "StepHook", "CheckpointFile", "CHECKPOINT_KEYS", "OPTIONAL_CHECKPOINT_KEYS",
     "pick_device", "set_seed", "TrainConfig", "lr_at", "set_lr", "configure_optimizer", "amp_dtype",
     "autocast_context", "make_grad_scaler", "default_loss", "clip_gradients", "train_step", "estimate_loss",
+    "adamw_step", "StepwiseAdamW", "weight_groups", "plain_train_step", "mean_loss", "LoopFunctions", "Batch",
     "save_checkpoint", "load_checkpoint", "new_history", "record_estimate", "train",
 ]
