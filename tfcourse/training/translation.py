@@ -125,18 +125,37 @@ def make_get_batch(splits: dict[str, tuple[Tensor, Tensor]], batch_size: int):
 # ----------------------------------------------------------------------------------------------
 
 
+# decode(model, src (S,), bos_id, eos_id, max_new_tokens) -> <bos> y1 ... (1 + n,): one sentence, as lesson 09's
+# exercise 4 writes it.
+DecodeOne = Callable[[Transformer, Tensor, int, int, int], Tensor]
+
+
+def greedy_decode(model: Transformer, src: Tensor, bos_id: int, eos_id: int, max_new_tokens: int) -> Tensor:
+    """One source sentence src (S,) -> its greedy translation <bos> y1 ... (1 + n,), ending in <eos> if
+    written: `translate` for a batch of one (lesson 09's exercise 4)."""
+    if src.dim() != 1:
+        raise ValueError(f"greedy_decode takes one sentence, a 1-D tensor of ids (S,); got shape {tuple(src.shape)}")
+    return translate(model, src[None], bos_id, eos_id, max_new_tokens)[0]  # (1, 1 + n) -> (1 + n,)
+
+
 def translate_sentences(model: Transformer, sentences: Sequence[str], source_vocab: WordTokenizer,
-                        target_vocab: WordTokenizer, beam_size: int = 1, max_new_tokens: int = 16) -> list[str]:
-    """Translate English sentences: greedy (beam_size 1, all at once) or beam search (one at a time)."""
+                        target_vocab: WordTokenizer, beam_size: int = 1, max_new_tokens: int = 16,
+                        decode: DecodeOne | None = None) -> list[str]:
+    """Translate English sentences: greedy (beam_size 1, all at once), beam search (one at a time), or
+    `decode` (e.g. your greedy_decode), one unpadded sentence at a time."""
+    if decode is not None and beam_size != 1:
+        raise ValueError("translate_sentences: give decode or beam_size, not both")
     device = next(model.parameters()).device
     src = pad([source_vocab.encode(words(s)) for s in sentences], source_vocab.pad_id).to(device)  # (N, S)
     bos, eos = target_vocab.bos_id, target_vocab.eos_id
-    if beam_size == 1:
+    rows = [row[row != source_vocab.pad_id] for row in src]  # (S_i,) each: one sentence, unpadded
+    if decode is not None:
+        with torch.no_grad():
+            outputs = [decode(model, row, bos, eos, max_new_tokens) for row in rows]
+    elif beam_size == 1:
         outputs = list(translate(model, src, bos, eos, max_new_tokens))
     else:
-        # Beam search takes one unpadded sentence at a time.
-        outputs = [translate_beam(model, row[row != source_vocab.pad_id], bos, eos, max_new_tokens, beam_size)
-                   for row in src]
+        outputs = [translate_beam(model, row, bos, eos, max_new_tokens, beam_size) for row in rows]
     results = []
     for ids in outputs:
         ids = ids.tolist()[1:]  # drop <bos>
@@ -236,6 +255,6 @@ def train_translator(recipe: TranslationRecipe, device: str | None = "cpu", prog
 __all__ = [
     "IGNORE_INDEX", "words", "build_vocabularies", "pad", "encode_pairs", "shift_target", "smoothed_cross_entropy",
     "model_forward", "make_loss_fn",
-    "make_get_batch", "translate_sentences", "exact_match", "token_accuracy", "copy_baseline", "evaluate",
+    "make_get_batch", "greedy_decode", "translate_sentences", "exact_match", "token_accuracy", "copy_baseline", "evaluate",
     "TranslationRecipe", "train_translator",
 ]
