@@ -1,7 +1,11 @@
 """Shared by tests/ and the solution notebooks that pytest runs with nbval (hence at the root)."""
 
+import json
 import os
+import shutil
+import tempfile
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
 import torch
@@ -10,6 +14,9 @@ import torch
 # fast mode: their kernels inherit this environment.
 os.environ.setdefault("TFCOURSE_FAST", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
+# ...and note which of "your parts" each lesson shows in its tables and which its code uses (see
+# tfcourse.course.assemble.TRACE): when a notebook's last cell has run, the two must be the same.
+PARTS_TRACE = Path(os.environ.setdefault("TFCOURSE_TRACE_PARTS", tempfile.mkdtemp(prefix="tfcourse-parts-")))
 
 # Figures the tests record (as user properties, so they also reach the main process under
 # pytest-xdist), printed at the end of the session.
@@ -43,6 +50,40 @@ def pytest_collection_modifyitems(config, items):
         if _is_notebook(item):
             item.add_marker(pytest.mark.slow)
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # (a stable sort)
+
+
+def _parts_trace(item: pytest.Item) -> Path:
+    return PARTS_TRACE / f"{Path(str(item.fspath)).parent.name}.jsonl"  # the kernel runs in the lesson's folder
+
+
+_notebook_running: list[str] = []  # the notebook whose cells this process runs now
+
+
+def pytest_runtest_setup(item):
+    """A notebook's first cell: its trace of parts starts empty."""
+    if _is_notebook(item) and _notebook_running != [str(item.fspath)]:
+        _notebook_running[:] = [str(item.fspath)]
+        _parts_trace(item).unlink(missing_ok=True)
+
+
+def pytest_runtest_teardown(item, nextitem):
+    """After a notebook's last cell: the parts its tables showed are the parts its code was handed."""
+    if not _is_notebook(item) or (nextitem is not None and nextitem.fspath == item.fspath):
+        return
+    trace = _parts_trace(item)
+    if not trace.exists():
+        return
+    events = [json.loads(line) for line in trace.read_text(encoding="utf-8").splitlines()]
+    shown = {e["part"] for e in events if e["event"] == "shown"}
+    used = {e["part"] for e in events if e["event"] == "used"}
+    if shown != used:
+        raise AssertionError(f"{trace.stem}: its tables of your parts do not list what it uses: shown but not used "
+                             f"{sorted(shown - used)}; used but not shown {sorted(used - shown)}")
+
+
+def pytest_sessionfinish(session):
+    if str(PARTS_TRACE).startswith(tempfile.gettempdir()) and PARTS_TRACE.name.startswith("tfcourse-parts-"):
+        shutil.rmtree(PARTS_TRACE, ignore_errors=True)  # the folder this process made
 
 
 def pytest_runtest_logreport(report):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
+import os
 import re
 import subprocess
 import sys
@@ -251,3 +252,24 @@ def test_no_answer_reads_as_a_copy_of_the_reference(path):
                 assert not _is_copy(namespace[node.name], reference), (
                     f"{path.parent.name}: the stub of {node.name} keeps {reference.__module__}.{node.name}'s "
                     "docstring, so a learner's answer would be taken for a copy: give the lesson its own docstring")
+
+
+@pytest.mark.slow
+def test_a_lesson_whose_table_does_not_list_the_parts_it_uses_fails(tmp_path):
+    """The solutions run with the parts trace on (conftest.py): a notebook that shows one part in its table
+    and hands its code another fails after its last cell, naming both; one that shows what it uses passes."""
+    setup = "from tfcourse.course.assemble import reference_parts\nparts = reference_parts()\n"
+    lessons = {"01_honest": setup + 'display(parts.only("LayerNorm"))\nnorm = parts.norm()',
+               "02_misleading": setup + 'display(parts.only("LayerNorm"))\nattention = parts.attention()'}
+    for name, source in lessons.items():
+        (tmp_path / name).mkdir()
+        nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source)]),
+                       tmp_path / name / f"{name}.ipynb")
+    environment = {k: v for k, v in os.environ.items() if k != "TFCOURSE_TRACE_PARTS"}  # its own trace
+    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "conftest", "-o",
+                          "addopts=", "-rE", "--nbval-lax", "--nbval-current-env", str(tmp_path)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300, env=environment)
+    assert re.search(r"\b2 passed\b.*\b1 error\b", run.stdout), run.stdout[-3000:]
+    assert "02_misleading: its tables of your parts do not list what it uses" in run.stdout, run.stdout[-3000:]
+    assert "used but not shown ['multi-head attention']" in run.stdout
+    assert "01_honest" not in run.stdout.split("short test summary")[-1]

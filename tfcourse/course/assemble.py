@@ -1,5 +1,7 @@
 """Your own Transformer: the components you wrote in lessons 02–07, put together into a GPT and an
-encoder–decoder that lessons 06, 08 and 09 build, train and decode with.
+encoder–decoder that lessons 06, 08 and 09 build, train and decode with; and a lesson's own exercises
+(`this_lessons_parts`: lesson 08's training loop, lesson 09's loss and decoding, lesson 11's layers in
+`modern_gpt`), each yours where it passes its check.
 
     parts = your_parts()               # reads your lesson notebooks, checks each component
     print(parts.table())               # where each component came from, and why
@@ -24,8 +26,10 @@ projections computed again at each step.)
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import io
+import json
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -42,7 +46,7 @@ from .. import ffn as reference_ffn
 from .. import manifest
 from ..attention import KVCache
 from ..layouts import attention_layout
-from ..models import GPT, GPTConfig, Transformer, TransformerConfig, layer_options
+from ..models import GPT, GPTConfig, Transformer, TransformerConfig, attention_class, layer_options
 from ..checks.adapters import called_like_the_lessons
 from .notebook_import import NotebookImportError, import_from_notebook
 
@@ -302,6 +306,23 @@ def _patch_namespace(cls: type, **names: Any) -> None:
     _namespace(cls).update(names)
 
 
+# With TFCOURSE_TRACE_PARTS set to a folder, every part a lesson shows in a table and every part handed to its
+# code is noted in <folder>/<lesson folder>.jsonl: the tests check that a lesson's tables list exactly the
+# parts its code uses.
+TRACE = "TFCOURSE_TRACE_PARTS"
+
+
+def _trace(event: str, key: str) -> None:
+    folder = os.environ.get(TRACE)
+    if folder:
+        with open(Path(folder) / f"{Path.cwd().name}.jsonl", "a", encoding="utf-8") as log:
+            log.write(json.dumps({"event": event, "part": key}) + "\n")
+
+
+def _builds_on(name: str) -> tuple[str, ...]:
+    return next(tuple(e.builds_on) for e in manifest.exercises() if e.name == name)
+
+
 @dataclass
 class Parts:
     """The chosen component of each kind, with its provenance."""
@@ -309,6 +330,11 @@ class Parts:
     sources: dict[str, Source] = field(default_factory=dict)
 
     def __getitem__(self, key: str) -> Source:
+        return self.sources[key]
+
+    def _use(self, key: str) -> Source:
+        """The chosen part, handed to the lesson's code: noted in the trace when one is kept (TRACE)."""
+        _trace("used", key)
         return self.sources[key]
 
     # --- the table -------------------------------------------------------------------------
@@ -322,11 +348,13 @@ class Parts:
 
     def obj(self, key: str) -> Any:
         """The chosen object: yours, or the reference in its place."""
-        return self.sources[key].obj
+        return self._use(key).obj
 
     def table(self, markdown: bool = False) -> str:
         """One row per component: component | where it came from | when that notebook was saved | why;
         under a line that says the notebooks are read as saved."""
+        for key in self.sources:
+            _trace("shown", key)
         saved = {key: _saved_when(s.saved) for key, s in self.sources.items()}
         note = [SAVE_FIRST] if any(s.saved is not None for s in self.sources.values()) else []  # files were read
         if markdown:
@@ -345,22 +373,22 @@ class Parts:
     # --- the parts, callable the reference's way ---------------------------------------------
 
     def attention(self) -> type:
-        return _attention_class(self["multi-head attention"].obj)
+        return _attention_class(self._use("multi-head attention").obj)
 
     def feed_forward(self) -> Callable[..., nn.Module]:
-        return _feed_forward_class(self["feed-forward network"].obj)
+        return _feed_forward_class(self._use("feed-forward network").obj)
 
     def norm(self) -> type:
-        return self["LayerNorm"].obj
+        return self._use("LayerNorm").obj
 
     def _layer(self, key: str) -> Callable[..., nn.Module]:
-        source = self[key]
+        source = self._use(key)
         attention, feed_forward, norm = self.attention(), self.feed_forward(), self.norm()
         is_decoder = key == "decoder layer"
         if not source.is_yours:
             return called_like_the_lessons(source.obj, attention=attention, feed_forward=feed_forward, norm=norm)
         _patch_namespace(source.obj, MultiHeadAttention=attention, PositionwiseFeedForward=feed_forward,
-                         LayerNorm=norm, sublayer_connection=self["residual + LayerNorm"].obj)
+                         LayerNorm=norm, sublayer_connection=self._use("residual + LayerNorm").obj)
 
         class YourLayer(source.obj):
             def __init__(self, d_model: int, n_heads: int, d_ff: int | None = None, dropout: float = 0.1,
@@ -387,7 +415,7 @@ class Parts:
         return self._layer("decoder layer")
 
     def encoder(self) -> Callable[..., nn.Module]:
-        source, layer, norm = self["encoder stack"], self.encoder_layer(), self.norm()
+        source, layer, norm = self._use("encoder stack"), self.encoder_layer(), self.norm()
         if not source.is_yours:
             def build_reference(n_layers: int, d_model: int, n_heads: int, d_ff: int | None = None,
                                 **options: Any) -> nn.Module:
@@ -421,19 +449,19 @@ class Parts:
         return build
 
     def input_layer(self, vocab_size: int, d_model: int, max_len: int, dropout: float) -> nn.Module:
-        source = self["input layer"]
+        source = self._use("input layer")
         if source.is_yours:
             return source.obj(vocab_size, d_model, max_len, dropout)
         return source.obj(vocab_size, d_model, max_len, dropout, positional="sinusoidal", scale=True)
 
     @property
     def cross_entropy(self) -> Callable[[Tensor, Tensor], Tensor]:
-        return self["cross-entropy"].obj
+        return self._use("cross-entropy").obj
 
     @property
     def generate_cached(self) -> Callable | None:
         """Your greedy_generate_cached(model, ids, max_new_tokens), or None if it is not ready."""
-        return self["cached generation"].obj
+        return self._use("cached generation").obj
 
     # --- whole models ------------------------------------------------------------------------
 
@@ -499,7 +527,7 @@ def this_lessons_parts(lesson: str, yours: dict[str, Any], references: dict[str,
     defined in this notebook (`yours`, by exercise name) when it is finished and passes its exercise
     check, the reference in `references` otherwise, with the reason in the table."""
     exercises = {e.name: e for e in manifest.exercises() if e.lesson == lesson}
-    sources = {}
+    sources: dict[str, Source] = {}
     for name, reference in references.items():
         exercise = exercises[name]
         component = Component(name, lesson, name, exercise.check, lambda reference=reference: reference)
@@ -508,13 +536,74 @@ def this_lessons_parts(lesson: str, yours: dict[str, Any], references: dict[str,
             sources[name] = Source(component, reference, REFERENCE, f"no {name} in this notebook: run its cell")
             continue
         problem, passed = _run_check(component, obj)
+        # Your layer calls your earlier exercises by name (exercise 5 calls your apply_rope): it is yours only
+        # when they are. (Its check judged it with the references of them in place.)
+        not_ready = [part for part in exercise.builds_on if part in sources and not sources[part].is_yours]
         if problem is not None:
             unfinished = "NotImplementedError" in problem
             why = "unfinished: finish that exercise first" if unfinished else f"fails its check: {problem}"
             sources[name] = Source(component, reference, REFERENCE, why)
+        elif not_ready:
+            sources[name] = Source(component, reference, REFERENCE, f"its check passed, but it calls your "
+                                   f"{' and '.join(not_ready)}: the reference stands in until those pass (see their rows)")
         else:
             sources[name] = Source(component, obj, THIS_NOTEBOOK, passed)
     return Parts(sources)
+
+
+GQA_LAYER = "GroupedQueryAttention, the layer"  # lesson 11's exercise 5, by its manifest name
+
+
+def _expect_your_modern_block(config: GPTConfig) -> None:
+    wanted = dict(norm_first=True, norm="rms", activation="swiglu", positional="rope", bias=False,
+                  rope_layout="half", rope_base=10000.0)
+    problems = [f"{name}={getattr(config, name)!r} (lesson 11's parts need {value!r})"
+                for name, value in wanted.items() if getattr(config, name) != value]
+    if problems:
+        raise ValueError("this config does not fit lesson 11's parts: " + "; ".join(problems)
+                         + "; use GPTConfig.llama")
+
+
+def modern_gpt(config: GPTConfig, parts: Parts) -> GPT:
+    """The config's LLaMA-style GPT with lesson 11's layers from `parts` (its this_lessons_parts: "RMSNorm",
+    "SwiGLUFeedForward" and GQA_LAYER) in its blocks, each yours or the reference, called the reference's
+    way. The stack, embedding, output and weight initialisation are the reference GPT's."""
+    _expect_your_modern_block(config)
+    rms_norm, swiglu, attention = parts.obj("RMSNorm"), parts.obj("SwiGLUFeedForward"), parts._use(GQA_LAYER)
+    if attention.is_yours:  # your layer calls the exercises it builds on by name
+        for part in _builds_on(GQA_LAYER):
+            parts._use(part)
+
+    def norm(d_model: int) -> nn.Module:
+        return rms_norm(d_model, eps=config.norm_eps)
+
+    def feed_forward(d_model: int, d_ff: int | None = None, dropout: float = 0.0, **_reference_options: Any):
+        return swiglu(d_model, d_ff, dropout)
+
+    make_attention = _grouped_attention_class(attention.obj, config) if attention.is_yours else attention_class(config)
+    layer = functools.partial(reference_blocks.EncoderLayer, attention=make_attention, feed_forward=feed_forward,
+                              norm=norm)
+    blocks = reference_blocks.Encoder(config.n_layers, config.d_model, config.n_heads, config.d_ff, layer=layer,
+                                      norm=norm, **layer_options(config))
+    return GPT(config, blocks=blocks)  # GPT ties and initialises them as its own
+
+
+def _grouped_attention_class(cls: type, config: GPTConfig) -> Callable[..., nn.Module]:
+    """Your GroupedQueryAttention(d_model, n_heads, n_kv_heads), callable as attention(d_model, n_heads,
+    dropout, fused=...) and called as the block calls it. It keeps its own key/value cache."""
+    n_kv_heads = config.n_kv_heads or config.n_heads
+
+    class YourGroupedAttention(cls):
+        def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, **_reference_options: Any):
+            super().__init__(d_model, n_heads, n_kv_heads)  # no attention dropout: the config's is 0
+
+        def forward(self, x: Tensor, mask: Tensor | None = None, cache: KVCache | None = None,
+                    is_causal: bool = False, positions: Tensor | None = None) -> Tensor:
+            # The GPT always passes its causal mask, so is_causal (a hint for fused kernels) is not needed;
+            # positions come from the cache's length, as yours reads them.
+            return super().forward(x, mask, cache)
+
+    return YourGroupedAttention
 
 
 def reference_parts() -> Parts:
@@ -523,4 +612,5 @@ def reference_parts() -> Parts:
 
 
 __all__ = ["COMPONENTS", "Component", "Parts", "Source", "your_parts", "this_lessons_parts", "reference_parts",
+           "modern_gpt", "GQA_LAYER",
            "your_gpt_config", "your_transformer_config", "REFERENCE", "THIS_NOTEBOOK"]
