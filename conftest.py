@@ -66,19 +66,23 @@ def pytest_runtest_setup(item):
         _parts_trace(item).unlink(missing_ok=True)
 
 
+@pytest.hookimpl(wrapper=True)
 def pytest_runtest_teardown(item, nextitem):
-    """After a notebook's last cell: the parts its tables showed are the parts its code was handed."""
+    """After a notebook's last cell: the parts its tables showed are the parts its code was handed. (Judged
+    once the teardown is done, so that a failure here leaves the next item a clean start.)"""
+    result = yield
     if not _is_notebook(item) or (nextitem is not None and nextitem.fspath == item.fspath):
-        return
+        return result
     trace = _parts_trace(item)
     if not trace.exists():
-        return
+        return result
     events = [json.loads(line) for line in trace.read_text(encoding="utf-8").splitlines()]
     shown = {e["part"] for e in events if e["event"] == "shown"}
     used = {e["part"] for e in events if e["event"] == "used"}
     if shown != used:
         raise AssertionError(f"{trace.stem}: its tables of your parts do not list what it uses: shown but not used "
                              f"{sorted(shown - used)}; used but not shown {sorted(used - shown)}")
+    return result
 
 
 def pytest_sessionfinish(session):

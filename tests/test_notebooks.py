@@ -260,7 +260,8 @@ def test_a_lesson_whose_table_does_not_list_the_parts_it_uses_fails(tmp_path):
     and hands its code another fails after its last cell, naming both; one that shows what it uses passes."""
     setup = "from tfcourse.course.assemble import reference_parts\nparts = reference_parts()\n"
     lessons = {"01_honest": setup + 'display(parts.only("LayerNorm"))\nnorm = parts.norm()',
-               "02_misleading": setup + 'display(parts.only("LayerNorm"))\nattention = parts.attention()'}
+               "02_misleading": setup + 'display(parts.only("LayerNorm"))\nattention = parts.attention()',
+               "03_next": "x = 1"}  # runs after the failure: it must start clean
     for name, source in lessons.items():
         (tmp_path / name).mkdir()
         nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source)]),
@@ -269,7 +270,8 @@ def test_a_lesson_whose_table_does_not_list_the_parts_it_uses_fails(tmp_path):
     run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "conftest", "-o",
                           "addopts=", "-rE", "--nbval-lax", "--nbval-current-env", str(tmp_path)],
                          cwd=ROOT, capture_output=True, text=True, timeout=300, env=environment)
-    assert re.search(r"\b2 passed\b.*\b1 error\b", run.stdout), run.stdout[-3000:]
+    assert re.search(r"\b3 passed\b.*\b1 error\b", run.stdout), run.stdout[-3000:]
     assert "02_misleading: its tables of your parts do not list what it uses" in run.stdout, run.stdout[-3000:]
     assert "used but not shown ['multi-head attention']" in run.stdout
-    assert "01_honest" not in run.stdout.split("short test summary")[-1]
+    summary = run.stdout.split("short test summary")[-1]
+    assert "01_honest" not in summary and "03_next" not in summary
