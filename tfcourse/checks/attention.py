@@ -23,6 +23,7 @@ from ..attention import (MultiHeadAttention, causal_mask, merge_heads, padding_m
                          split_heads)
 from ..layouts import in_layout_of
 from ..validation import shape_str
+from .debugging import PlantedBug, debug_exercise
 from .core import (Case, CheckFailed, ConstructorScreen, Exercise, build_module, call_learner, compare, composite,
                    expect_portable, isolated, learner_namespaces, load_state, off_limits, passed, run, run_case,
                    seeded, success_line)
@@ -613,6 +614,30 @@ def check_multi_head_attention(learner_cls: type, hidden: bool = False) -> None:
     run(MULTI_HEAD_ATTENTION, learner_cls, cases, hidden, then=expect_portable_modules)
 
 
+
+# ----------------------------------------------------------------------------------------------
+# Debug exercise: a colleague's attention with one planted mistake
+# ----------------------------------------------------------------------------------------------
+
+COLLEAGUES_ATTENTION = PlantedBug(
+    "03_attention", "attention_debug_impl", "colleagues_attention",
+    source='''def colleagues_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
+                         dropout_p: float = 0.0) -> tuple[Tensor, Tensor]:
+    """A colleague's scaled dot-product attention, called as yours: (output, weights). It has one mistake."""
+    d_k = q.shape[-1]
+    scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)  # (..., T_q, T_k)
+    weights = torch.softmax(scores, dim=-1)  # (..., T_q, T_k)
+    if mask is not None:
+        weights = weights.masked_fill(~mask, 0.0)  # a key the query may not see gets no weight
+    if dropout_p > 0.0:
+        weights = F.dropout(weights, p=dropout_p)
+    return weights @ v, weights  # (..., T_q, d_v), (..., T_q, T_k)
+''',
+    mistake="the mask applied after softmax",
+    coarse_hint="add up each row of the weights under a causal mask: what must every row sum to, and what "
+                "does it sum to here?")
+check_attention_debug = debug_exercise(check_scaled_dot_product_attention, COLLEAGUES_ATTENTION)
+
 __all__ = [
     "check_dot_product_variance",
     "check_scaled_dot_product_attention",
@@ -620,4 +645,5 @@ __all__ = [
     "check_padding_mask",
     "check_split_merge_heads",
     "check_multi_head_attention",
+    "check_attention_debug",
 ]

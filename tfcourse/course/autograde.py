@@ -194,11 +194,35 @@ class IntegrityReport(NbGraderPreprocessor):
 CHECKED_OUTPUT_TAG = "nbval-check-output"
 
 
+def learner_names(lesson: str) -> set[str]:
+    """The names a lesson's exercises define: what the learner writes (from the manifest)."""
+    from .. import manifest
+
+    return {name for e in manifest.exercises() if e.lesson == lesson for name in e.defines}
+
+
+def uses_learner_code(source: str, names: set[str]) -> bool:
+    """Whether a cell reads one of `names` (so its output would be the solution's, not the learner's)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return True  # not plain Python (a magic, say): keep nothing that might be
+    return any(isinstance(node, ast.Name) and node.id in names for node in ast.walk(tree))
+
+
+def keeps_its_output(cell: Any, lesson: str) -> bool:
+    """A worked example's output stays in the student version (tagged `nbval-check-output`), unless the cell
+    runs the learner's code: before they wrote it, an output there would look like their result."""
+    return (CHECKED_OUTPUT_TAG in cell.metadata.get("tags", [])
+            and not uses_learner_code(cell.source, learner_names(lesson)))
+
+
 class KeepCheckedOutputs(NbGraderPreprocessor):
-    """nbgrader's ClearOutput, except for cells tagged `nbval-check-output` (the worked examples)."""
+    """nbgrader's ClearOutput, except for the worked examples that call only the package (`keeps_its_output`)."""
 
     def preprocess_cell(self, cell: Any, resources: dict, index: int) -> tuple[Any, dict]:
-        if cell.cell_type == "code" and CHECKED_OUTPUT_TAG not in cell.metadata.get("tags", []):
+        lesson = resources.get("unique_key") or resources.get("nbgrader", {}).get("notebook", "")
+        if cell.cell_type == "code" and not keeps_its_output(cell, lesson):
             cell.outputs = []
             cell.execution_count = None
             cell.metadata.pop("collapsed", None)
@@ -230,13 +254,30 @@ def feedback_preprocessors() -> list[type]:
     return [*GenerateFeedback.class_traits()["preprocessors"].default(), MathForOfflineReading]
 
 
-def generate_preprocessors() -> list[type]:
-    """nbgrader's generate_assignment steps, with KeepCheckedOutputs in place of ClearOutput."""
-    from nbgrader.converters import GenerateAssignment
-    from nbgrader.preprocessors import ClearOutput
+class PlantBugs(NbGraderPreprocessor):
+    """A debug exercise's answer cell starts from its planted bug (tfcourse.checks.debugging), not a stub."""
 
-    steps = list(GenerateAssignment.class_traits()["preprocessors"].default())
-    return [KeepCheckedOutputs if step is ClearOutput else step for step in steps]
+    def preprocess_cell(self, cell: Any, resources: dict, index: int) -> tuple[Any, dict]:
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if cell.cell_type == "code" and grade_id:
+            from ..checks.debugging import planted_bugs  # (torch: only when a student version is made)
+
+            bug = planted_bugs().get(grade_id)
+            if bug is not None:
+                cell.source = bug.source
+        return cell, resources
+
+
+def generate_preprocessors() -> list[type]:
+    """nbgrader's generate_assignment steps, with KeepCheckedOutputs in place of ClearOutput and PlantBugs
+    right after ClearSolutions (which puts the stubs in)."""
+    from nbgrader.converters import GenerateAssignment
+    from nbgrader.preprocessors import ClearOutput, ClearSolutions
+
+    steps = [KeepCheckedOutputs if step is ClearOutput else step
+             for step in GenerateAssignment.class_traits()["preprocessors"].default()]
+    position = steps.index(ClearSolutions) + 1
+    return [*steps[:position], PlantBugs, *steps[position:]]
 
 
 def autograde_preprocessors() -> list[type]:
