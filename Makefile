@@ -48,7 +48,7 @@ test: $(STAMP)  ## set up, then run the whole test suite (solution notebooks und
 test-fast: $(STAMP)  ## the package and the checks only: no notebooks, no nbgrader (50 s on an idle 2-CPU machine)
 	$(BIN)/python -m pytest tests -m "not slow" $(XDIST) $(PYTEST_ARGS)
 
-grade: $(STAMP)  ## grade your notebooks with the full tests (tfcourse grade)
+grade: $(STAMP)  ## grade the lessons you have started, hidden tests included (tfcourse grade; --all: every lesson)
 	$(BIN)/tfcourse grade
 
 # The figures go to the file the README's table quotes (tests/test_readme_figures.py compares them);

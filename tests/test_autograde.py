@@ -207,14 +207,43 @@ def test_errors_outside_the_exercises_are_listed(tmp_path, capsys):
     ]
     autograded = tmp_path / "lesson.ipynb"
     autograded.write_text(json.dumps({"cells": cells}))
-    found = errors_elsewhere(autograded)
-    assert found == ["code cell 0: DatasetUnavailableError: no copy of the data"]
+    found, depending = errors_elsewhere(autograded)
+    assert found == ["code cell 0: DatasetUnavailableError: no copy of the data"] and depending == []
     result = LessonGrade("99_demo", autograded, [ExerciseGrade("x_tests", 0, 1, "✘ wrong", "Exercise 1 — x")],
                          elsewhere=found)
     print_table([result])
     table = capsys.readouterr().out
     assert "Exercise 1 — x" in table and "x_tests" not in table
     assert "outside the exercises, 1 cell(s) failed" in table and "DatasetUnavailableError" in table
+
+
+def test_a_demo_that_fails_for_an_unfinished_exercise_is_said_to_depend_on_it(tmp_path, capsys):
+    """Lesson 03: a demo builds `mha` from the learner's MultiHeadAttention, and a later cell reads `mha`; both
+    fail while exercise 6 fails, and are reported as depending on it, not as failures outside the exercises."""
+    import json
+
+    from tfcourse.course.grade import ExerciseGrade, LessonGrade, errors_elsewhere, print_table
+
+    def code(source, *, error=None, grade_id=None):
+        metadata = {"nbgrader": {"grade": True, "grade_id": grade_id, "points": 3}} if grade_id else {}
+        outputs = [{"output_type": "error", "ename": error, "evalue": "boom", "traceback": []}] if error else []
+        return {"cell_type": "code", "metadata": metadata, "source": source, "outputs": outputs}
+
+    cells = [code("x = torch.randn(1, 4, 32)"),
+             code("mha = MultiHeadAttention(32, 4)\nout = mha(x)", error="RuntimeError"),
+             code("weights = mha.last_weights", error="NameError"),
+             code("print(undefined_thing)", error="NameError")]  # nothing to do with an exercise
+    autograded = tmp_path / "03_attention.ipynb"
+    autograded.write_text(json.dumps({"cells": cells}))
+    found, depending = errors_elsewhere(autograded, {"mha_tests"}, "03_attention")
+    assert depending == ["code cell 1 depends on Exercise 6 — MultiHeadAttention",
+                         "code cell 2 depends on Exercise 6 — MultiHeadAttention"]
+    assert found == ["code cell 3: NameError: boom"]
+    assert errors_elsewhere(autograded, set(), "03_attention")[1] == []  # the exercise passes: their own failures
+    result = LessonGrade("03_attention", autograded, [ExerciseGrade("mha_tests", 0, 3, "✘", "Exercise 6 — x")],
+                         elsewhere=found, depending=depending)
+    print_table([result])
+    assert "2 later cell(s) use an exercise that does not pass yet" in capsys.readouterr().out
 
 
 @pytest.mark.slow

@@ -69,3 +69,25 @@ def test_installing_the_course_switches_the_extension_on_and_sets_lab_defaults()
             assert (ROOT / file).exists()
             assert f"$(VENV)/{folder}/{Path(file).name}" in makefile, f"make does not install {file}"
     assert lab._jupyter_server_extension_points() == [{"module": "tfcourse.course.lab"}]
+
+
+def test_terminals_get_the_course_environment_on_path_and_no_login_shell(monkeypatch):
+    """A login shell reads /etc/profile, which resets PATH: `tfcourse: command not found` in a terminal."""
+    import os
+    import sys
+    from types import SimpleNamespace
+
+    from tfcourse.course import lab
+
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    programs = os.path.dirname(sys.executable)
+    started = SimpleNamespace(shell_command=["/bin/bash", "-l"])
+    serverapp = SimpleNamespace(contents_manager=SimpleNamespace(get=lambda *a, **k: {}), terminado_settings={},
+                                web_app=SimpleNamespace(settings={"terminal_manager": started}))
+    lab._load_jupyter_server_extension(serverapp)
+    assert os.environ["PATH"].split(os.pathsep)[0] == programs
+    assert os.path.exists(os.path.join(programs, "tfcourse"))  # what the terminal now finds first
+    assert serverapp.terminado_settings["shell_command"] == lab.terminal_shell()
+    assert "-l" not in serverapp.terminado_settings["shell_command"] and started.shell_command == ["/bin/bash"]
+    lab.environment_first_on_path()
+    assert os.environ["PATH"].split(os.pathsep).count(programs) == 1  # once

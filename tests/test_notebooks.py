@@ -282,3 +282,13 @@ def test_a_lesson_whose_table_does_not_list_the_parts_it_uses_fails(tmp_path):
     assert "used but not shown ['multi-head attention']" in run.stdout
     summary = run.stdout.split("short test summary")[-1]
     assert "01_honest" not in summary and "03_next" not in summary
+
+
+def test_lesson_00s_course_map_lists_every_lesson_of_the_manifest():
+    from tfcourse import manifest
+
+    source = "\n".join(c.source for c in nbformat.read(ROOT / "solutions" / "00_big_picture" / "00_big_picture.ipynb",
+                                                        as_version=4).cells)
+    course_map = source[source.index("## 10. The course map"):source.index("### What came after 2017")]
+    listed = re.findall(r"^\| (\d\d) \|", course_map, flags=re.M)
+    assert listed == [lesson.folder[:2] for lesson in manifest.lessons()], listed

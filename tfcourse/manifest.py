@@ -163,6 +163,44 @@ def _defined_and_used(source: str) -> tuple[list[str], set[str]]:
     return defined, used
 
 
+def _read_and_written(source: str) -> tuple[set[str], set[str]]:
+    """(the names a cell reads, the names it assigns or defines); a cell that is not Python reads nothing."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set(), set()
+    read, written = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (read if isinstance(node.ctx, ast.Load) else written).add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            written.add(node.name)
+    return read, written
+
+
+def exercise_dependencies(sources: list[str], folder: str, exercise_cells: list[bool] | None = None) -> list[set[str]]:
+    """For each cell of a lesson (its code, in running order), the exercises (their test cells' grade ids)
+    whose results it uses: directly (it calls what an answer defines) or through a name an earlier such cell
+    assigned (`mha = MultiHeadAttention(...)`, then `mha(x)`). `exercise_cells[i]`: cell i is an answer or a
+    test cell (it assigns nothing the analysis follows); default: the cells that import a check."""
+    defined: dict[str, set[str]] = {}
+    if folder in {known.folder for known in lessons()}:
+        for e in lesson(folder).exercises:
+            for name in e.defines:
+                defined.setdefault(name, set()).add(e.grade_id)
+    origin = {name: set(grade_ids) for name, grade_ids in defined.items()}  # a name -> the exercises behind it
+    flags = exercise_cells if exercise_cells is not None else ["tfcourse.checks" in s for s in sources]
+    dependencies = []
+    for source, is_exercise in zip(sources, flags):
+        read, written = _read_and_written(source)
+        uses = set().union(*(origin.get(name, set()) for name in read))
+        if not is_exercise:
+            for name in written - set(defined):  # (an answer's own names keep their exercise)
+                origin[name] = uses
+        dependencies.append(uses)
+    return dependencies
+
+
 def build_lesson(folder: str, notebook: dict[str, Any]) -> dict[str, Any]:
     """One lesson's manifest entry from its solution notebook (as JSON)."""
     cells = notebook["cells"]

@@ -4,7 +4,7 @@
 
 1. the GPU recipe (tfcourse.training.recipes.GPU_RECIPE: 6 layers, 6 heads, d_model 384, context 256,
    batch 64, bf16, torch.compile) on Tiny Shakespeare: the best and final validation loss, the wall
-   time at which the validation loss first reaches --target (1.47, nanoGPT's best), with and without
+   time at which the validation loss first reaches --target (1.47: nanoGPT's README reports 1.4697), with and without
    the first step (where torch.compile compiles), tokens/s and MFU;
 2. the solutions of lessons 07 and 08 in full mode, and lesson 09's translation run (its timing),
    each cell timed; the printed output goes to <out>/<lesson>.log.

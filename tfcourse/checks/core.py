@@ -193,16 +193,56 @@ def _learner_frames_only(frames: list[traceback.FrameSummary]) -> list[traceback
     return [f for f in frames if not os.path.abspath(f.filename).startswith(_NOT_THE_LEARNERS)]
 
 
+# The learner's objects by name -> whether the last check of each passed, in this process (a test cell,
+# or your_parts()). A demo cell that fails while it uses an exercise not passing says so (_show_error).
+CHECKED: dict[str, bool] = {}
+_check_depth = [0]  # checks running inside a check (a composite's probes) decide nothing here
+
+
+def _note_check(args: tuple, passed_it: bool) -> None:
+    if _check_depth[0] == 0:
+        for learner in args:
+            name = getattr(learner, "__name__", None)
+            if callable(learner) and isinstance(name, str):
+                CHECKED[name] = passed_it
+
+
+def _close_figures() -> None:
+    """No half-drawn figure after a cell that stopped on an unfinished exercise."""
+    pyplot = sys.modules.get("matplotlib.pyplot")
+    if pyplot is not None:
+        pyplot.close("all")
+
+
+def exercises_not_passing(shell: Any) -> list[str]:
+    """The exercises ("Exercise 6 — MultiHeadAttention") the running cell uses, directly or through what an
+    earlier cell made with them, that have not passed their check in this kernel; [] for a test cell, or
+    outside a lesson's folder."""
+    from .. import manifest
+
+    folder = os.path.basename(os.getcwd())
+    history = list(shell.user_ns.get("In") or [])
+    if not history or folder not in {lesson.folder for lesson in manifest.lessons()} or "tfcourse.checks" in history[-1]:
+        return []
+    uses = manifest.exercise_dependencies(history, folder)[-1]
+    return [e.title for e in manifest.lesson(folder).exercises
+            if e.grade_id in uses and not all(CHECKED.get(name) for name in e.arguments)]
+
+
 def _show_error(shell: Any, etype: type, value: BaseException, tb: Any, tb_offset: Any = None) -> list[str] | None:
     if isinstance(value, CheckFailed):
         lines = check_failure_lines(value)
     elif (name := unfinished_exercise(value)) is not None:
         # A demo cell that uses an exercise not written yet: one line, and no half-drawn figure.
-        pyplot = sys.modules.get("matplotlib.pyplot")
-        if pyplot is not None:
-            pyplot.close("all")
+        _close_figures()
         lines = [f"\x1b[0;33m✘ finish the exercise '{name}' first (it still raises NotImplementedError), "
                  "then run this cell again\x1b[0m"]
+    elif blocked := exercises_not_passing(shell):
+        # It uses an exercise whose check fails (or has not run): its error, an assert or a stale variable
+        # is that exercise's, not this cell's.
+        _close_figures()
+        lines = [f"\x1b[0;33m✘ this cell uses {' and '.join(blocked)}, which does not pass its check yet "
+                 f"({etype.__name__} here): fix it, run its check cell, then run this cell again\x1b[0m"]
     else:  # any other error: Python's usual traceback
         shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
         return None
@@ -213,10 +253,11 @@ def _show_error(shell: Any, etype: type, value: BaseException, tb: Any, tb_offse
 def show_check_failures() -> None:
     """In IPython, a CheckFailed shows as its one-line message (and the learner's own frames), not
     as a traceback through the checker; a cell that calls an exercise still at its stub says which
-    one to finish. Any other error keeps its usual traceback."""
+    one to finish, and so does one that fails while it uses an exercise whose check does not pass.
+    Any other error keeps its usual traceback."""
     shell = _ipython_shell()
     if shell is not None:  # every time: a learner's cell may have put its own handler there
-        shell.set_custom_exc((CheckFailed, NotImplementedError), _show_error)
+        shell.set_custom_exc((Exception,), _show_error)
 
 
 def restore_error_display() -> None:
@@ -992,9 +1033,17 @@ def isolated(check: Callable) -> Callable:
             torch.set_default_dtype(torch.float32)
             if device.type != "cpu":
                 torch.set_default_device("cpu")
+            _check_depth[0] += 1
             try:
-                return check(*args, **kwargs)
+                result = check(*args, **kwargs)
+                outcome = True
+                return result
+            except BaseException:
+                outcome = False
+                raise
             finally:
+                _check_depth[0] -= 1
+                _note_check(args, outcome)
                 torch.set_default_dtype(dtype)
                 if device.type != "cpu":
                     torch.set_default_device(device)

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import sys
 import tempfile
+import textwrap
 import warnings
 from pathlib import Path
 
@@ -271,6 +273,54 @@ def find_notebook(folder: Path, lesson: str) -> Path | None:
     return others[0] if len(others) == 1 else None
 
 
+SOLUTION_REGION = re.compile(r"^([ \t]*)### BEGIN SOLUTION[ \t]*\n.*?^[ \t]*### END SOLUTION[ \t]*$", re.S | re.M)
+STUB = "# YOUR CODE HERE\nraise NotImplementedError()"  # nbgrader_config.py's ClearSolutions.code_stub
+
+
+def _as_given(answer_source: str, grade_id: str, planted: dict[str, str]) -> str:
+    """An answer cell as the student version gives it: each solution region replaced by the stub (as
+    nbgrader's ClearSolutions does), or the planted code of a debug exercise."""
+    if grade_id in planted:
+        return planted[grade_id]
+    return SOLUTION_REGION.sub(lambda region: textwrap.indent(STUB, region.group(1)), answer_source)
+
+
+def _answers(notebook: Path) -> dict[str, str]:
+    cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+    return {c["metadata"]["nbgrader"]["grade_id"]: "".join(c["source"]) if isinstance(c["source"], list) else c["source"]
+            for c in cells if c.get("metadata", {}).get("nbgrader", {}).get("solution") and c["cell_type"] == "code"}
+
+
+def is_started(notebook: Path | None, lesson: str, solutions: Path, planted: dict[str, str]) -> bool:
+    """Whether the learner has changed an exercise cell of the lesson (a missing notebook: not started)."""
+    if notebook is None:
+        return False
+    try:
+        mine = _answers(notebook)
+    except (OSError, ValueError, KeyError):
+        return True  # unreadable: grading says why
+    given = {grade_id: _as_given(source, grade_id, planted)
+             for grade_id, source in _answers(solutions / lesson / f"{lesson}.ipynb").items()}
+    return any(" ".join(mine.get(grade_id, "").split()) != " ".join(source.split()) for grade_id, source in given.items())
+
+
+def _planted_sources() -> dict[str, str]:
+    from ..checks.debugging import planted_bugs
+
+    return {grade_id: bug.source for grade_id, bug in planted_bugs().items()}
+
+
+def _started_only(todo: list[tuple[str, Path | None]], solutions: Path) -> list[tuple[str, Path | None]]:
+    """The lessons with an exercise changed; one line for each of the others, and how to grade them all."""
+    planted = _planted_sources()
+    started = [(lesson, notebook) for lesson, notebook in todo if is_started(notebook, lesson, solutions, planted)]
+    for lesson, _ in todo:
+        if (lesson, _) not in started:
+            print(f"  {lesson}: not started (no exercise changed yet), not graded")
+    print(f"grading the {len(started)} lesson(s) you have started; `tfcourse grade --all` grades every lesson")
+    return started
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
@@ -278,7 +328,8 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="tfcourse grade", description=__doc__.splitlines()[0])
     parser.add_argument("notebooks", nargs="*", type=Path,
-                        help="notebooks to grade (default: every lesson in notebooks/)")
+                        help="notebooks to grade (default: the lessons in notebooks/ you have started)")
+    parser.add_argument("--all", action="store_true", help="grade every lesson in notebooks/, started or not")
     parser.add_argument("--course", type=Path, default=Path("."), help="the course folder (default: .)")
     parser.add_argument("--report-dir", type=Path, default=Path("grades"),
                         help="where HTML feedback reports go (default: grades/)")
@@ -293,6 +344,8 @@ def main(argv: list[str] | None = None) -> int:
             todo = [(lesson_of(p, lessons), p) for p in args.notebooks]
         else:
             todo = [(lesson, find_notebook(args.course / "notebooks" / lesson, lesson)) for lesson in lessons]
+            if not args.all:
+                todo = _started_only(todo, solutions)
         results = []
         for lesson, notebook in tqdm(todo, desc="grading", unit="lesson"):
             results.append(grade_lesson(lesson, notebook, solutions, args.report_dir, config, args.timeout))

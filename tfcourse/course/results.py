@@ -44,6 +44,7 @@ class LessonGrade:
     feedback: Path | None = None
     integrity: list[str] = field(default_factory=list)  # the integrity report's findings (cell, line, what)
     elsewhere: list[str] = field(default_factory=list)  # errors in cells that are not exercises ("cell 12: ...")
+    depending: list[str] = field(default_factory=list)  # cells that failed for an exercise not yet passing
     student: str = ""  # whose submission, in a class (autograde); "" for your own (grade)
     seconds: float | None = None  # how long grading it took, where that was timed
 
@@ -71,10 +72,13 @@ def record_scores(result: LessonGrade, scores: dict[str, tuple[float, float]], t
     """A graded submission: each exercise's (score, max score) from the gradebook, and from the
     autograded notebooks each graded cell's message, the integrity report and the other errors."""
     messages: dict[str, str] = {}
+    not_passing = {grade_id for grade_id, (score, most) in scores.items() if score < most}
     for notebook in autograded:
         messages.update(cell_messages(notebook))
         result.integrity += integrity_findings(notebook)
-        result.elsewhere += errors_elsewhere(notebook)
+        elsewhere, depending = errors_elsewhere(notebook, not_passing, result.lesson)
+        result.elsewhere += elsewhere
+        result.depending += depending
     result.exercises = _exercises(scores, titles, messages)
     return result
 
@@ -141,19 +145,33 @@ def cell_messages(autograded: Path) -> dict[str, str]:
             for c in _cells(autograded) if c.get("metadata", {}).get("nbgrader", {}).get("grade")}
 
 
-def errors_elsewhere(autograded: Path) -> list[str]:
-    """Errors in the graded copy outside the exercises: cells that are neither an answer nor a test
-    (the data cell offline, a demo that crashed). Unfinished exercises (NotImplementedError) are
-    already counted in their own rows."""
-    found = []
-    for index, cell in enumerate(_cells(autograded)):
+def errors_elsewhere(autograded: Path, not_passing: set[str] | None = None,
+                     lesson: str | None = None) -> tuple[list[str], list[str]]:
+    """Errors in the graded copy outside the exercises: cells that are neither an answer nor a test.
+    Returns (the cells that failed on their own — the data cell offline, a demo that crashed —, the
+    cells that failed because they use an exercise in `not_passing`: "code cell 27 depends on Exercise
+    5 — MultiHeadAttention"). Unfinished exercises (NotImplementedError) are already counted in their rows."""
+    cells = _cells(autograded)
+    lesson = lesson or autograded.parent.name
+    titles = lesson_titles(lesson)
+    dependencies = manifest.exercise_dependencies(
+        ["".join(c.get("source", "")) if c.get("cell_type") == "code" else "" for c in cells], lesson,
+        [bool(c.get("metadata", {}).get("nbgrader", {}).get("grade_id")) for c in cells])
+    found, depending = [], []
+    for index, cell in enumerate(cells):
         if cell.get("cell_type") != "code" or cell.get("metadata", {}).get("nbgrader", {}).get("grade_id"):
             continue
         for output in cell.get("outputs", []):
-            if output.get("output_type") == "error" and output.get("ename") != "NotImplementedError":
+            if output.get("output_type") != "error":
+                continue
+            blocked = sorted(dependencies[index] & (not_passing or set()))
+            if blocked:
+                names = " and ".join(titles.get(grade_id, grade_id) for grade_id in blocked)
+                depending.append(f"code cell {index} depends on {names}")
+            elif output.get("ename") != "NotImplementedError":
                 value = " ".join(output.get("evalue", "").split())
                 found.append(f"code cell {index}: {output.get('ename', 'Error')}: {value}"[:200])
-    return found
+    return found, depending
 
 
 def integrity_findings(autograded: Path) -> list[str]:
@@ -176,6 +194,9 @@ def detail_lines(result: LessonGrade) -> list[str]:
     width = max((len(e.title or e.grade_id) for e in result.exercises), default=0)
     lines = [f"  {e.title or e.grade_id:<{width}} {e.score:>4g} / {e.max_score:<4g} "
              f"{'pass' if e.passed else 'FAIL'}  {e.message}" for e in result.exercises]
+    if result.depending:
+        lines.append(f"  {len(result.depending)} later cell(s) use an exercise that does not pass yet and could not "
+                     f"run (they will once it does): {result.depending[0]}")
     if result.elsewhere:
         lines.append(f"  outside the exercises, {len(result.elsewhere)} cell(s) failed in the graded copy "
                      f"(see the feedback report): {result.elsewhere[0]}")
