@@ -84,3 +84,38 @@ def test_a_demo_cell_that_needs_an_unfinished_exercise_says_which_and_draws_noth
     assert not any(o.output_type == "display_data" for o in cells[3].outputs), "no half-drawn figure"
     other = cells[4].outputs[0]
     assert other["ename"] == "NotImplementedError" and len(other["traceback"]) > 1, "a real error keeps its traceback"
+
+
+def test_a_failing_cell_that_uses_an_exercise_not_passing_names_it(tmp_path, monkeypatch):
+    """The kernel's reading: the running cell uses `mha`, which an earlier cell built with the learner's
+    MultiHeadAttention; while that exercise's check has not passed, the cell's error is the exercise's."""
+    from types import SimpleNamespace
+
+    from tfcourse.checks import core
+
+    (tmp_path / "03_attention").mkdir()
+    monkeypatch.chdir(tmp_path / "03_attention")
+    history = ["", "class MultiHeadAttention:\n    pass", "mha = MultiHeadAttention(32, 4)", "out = mha(x)"]
+    shell = SimpleNamespace(user_ns={"In": history})
+    saved = dict(core.CHECKED)  # (the module is read-only to notebooks: its dict is changed in place)
+    core.CHECKED.clear()
+    try:
+        _judge_the_history(core, shell, history, tmp_path, monkeypatch)
+    finally:
+        core.CHECKED.clear()
+        core.CHECKED.update(saved)
+
+
+def _judge_the_history(core, shell, history, tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    assert core.exercises_not_passing(shell) == ["Exercise 6 — MultiHeadAttention"]  # never checked
+    core.CHECKED["MultiHeadAttention"] = False
+    assert core.exercises_not_passing(shell) == ["Exercise 6 — MultiHeadAttention"]  # its check failed
+    core.CHECKED["MultiHeadAttention"] = True
+    assert core.exercises_not_passing(shell) == []  # it passes: the error is the cell's own
+    shell.user_ns["In"] = [*history[:3], "from tfcourse.checks.attention import check_multi_head_attention"]
+    core.CHECKED["MultiHeadAttention"] = False
+    assert core.exercises_not_passing(shell) == []  # a test cell speaks for itself
+    monkeypatch.chdir(tmp_path)
+    assert core.exercises_not_passing(SimpleNamespace(user_ns={"In": history})) == []  # not in a lesson's folder

@@ -229,6 +229,14 @@ def exercises_not_passing(shell: Any) -> list[str]:
             if e.grade_id in uses and not all(CHECKED.get(name) for name in e.arguments)]
 
 
+def _quietly(find: Callable[[Any], list[str]], shell: Any) -> list[str]:
+    """`find(shell)`, or [] if it fails: reading the cells must never hide the learner's own error."""
+    try:
+        return find(shell)
+    except Exception:  # noqa: BLE001
+        return []
+
+
 def _show_error(shell: Any, etype: type, value: BaseException, tb: Any, tb_offset: Any = None) -> list[str] | None:
     if isinstance(value, CheckFailed):
         lines = check_failure_lines(value)
@@ -237,7 +245,7 @@ def _show_error(shell: Any, etype: type, value: BaseException, tb: Any, tb_offse
         _close_figures()
         lines = [f"\x1b[0;33m✘ finish the exercise '{name}' first (it still raises NotImplementedError), "
                  "then run this cell again\x1b[0m"]
-    elif blocked := exercises_not_passing(shell):
+    elif blocked := _quietly(exercises_not_passing, shell):
         # It uses an exercise whose check fails (or has not run): its error, an assert or a stale variable
         # is that exercise's, not this cell's.
         _close_figures()
