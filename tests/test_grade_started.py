@@ -46,3 +46,16 @@ def test_grade_without_arguments_grades_only_the_started_lesson(tmp_path, capsys
         if lesson != done:
             assert f"  {lesson}: not started (no exercise changed yet), not graded" in out
     assert done in out and "not implemented yet" not in out
+
+
+@pytest.mark.parametrize("lesson", graded_lessons(ROOT / "solutions"))
+def test_what_grade_takes_for_an_untouched_answer_is_what_generate_assignment_gives(lesson):
+    """`is_started` rebuilds each answer cell as the student version has it (ClearSolutions' stubs, PlantBugs'
+    planted code); notebooks/ is nbgrader's own result (tests/test_notebooks.py): the two must not drift."""
+    from tfcourse.course.grade import _answers, _as_given
+
+    planted = _planted_sources()
+    given = _answers(ROOT / "notebooks" / lesson / f"{lesson}.ipynb")
+    rebuilt = {grade_id: _as_given(source, grade_id, planted)
+               for grade_id, source in _answers(ROOT / "solutions" / lesson / f"{lesson}.ipynb").items()}
+    assert rebuilt == given
