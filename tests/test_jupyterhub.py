@@ -480,7 +480,7 @@ def test_two_learners_and_an_instructor_through_a_real_jupyterhub(classroom, hub
         rows = {row["student_id"]: row for row in csv.DictReader(table)}
     score = {learner: float(rows[learner]["score"]) for learner in learners}
     points = _points()
-    assert score[alice] == sum(points.values()) == 15
+    assert score[alice] == sum(points.values()) == 17  # (its debug exercise included)
     assert score[bob] == sum(points.values()) - sum(points[g] for g in UNFINISHED)
 
     phase("graded")
@@ -489,7 +489,7 @@ def test_two_learners_and_an_instructor_through_a_real_jupyterhub(classroom, hub
         room.nbgrader(learner, "fetch_feedback", LESSON)
         (report,) = (room.home(learner) / LESSON / "feedback").rglob(f"{LESSON}.html")
         found = re.search(r"Score:\s*([\d.]+)\s*/\s*([\d.]+)", report.read_text())
-        assert found and (float(found.group(1)), float(found.group(2))) == (score[learner], 15), found
+        assert found and (float(found.group(1)), float(found.group(2))) == (score[learner], sum(points.values())), found
         assert report.stat().st_uid == room_uid(learner)
     print(f"classroom loop: {time.monotonic() - started:.0f} s after the Hub was up")
 

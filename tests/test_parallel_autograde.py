@@ -123,7 +123,7 @@ def test_jobs_2_writes_the_gradebook_serial_autograde_writes_and_a_hang_costs_on
     def score(student: str) -> float:
         return sum(g["auto_score"] or 0 for nb in got[student]["notebooks"].values() for g in nb["grades"].values())
 
-    assert score("alice") == sum(points.values()) == 15
+    assert score("alice") == sum(points.values()) == 17  # (its debug exercise included)
     assert score("bob") == 0
     assert score("carol") == sum(points.values()) - sum(points[g] for g in UNFINISHED)
     # The hanging submission is recorded as nbgrader records one whose grading failed: the

@@ -22,6 +22,7 @@ from ..attention import causal_mask, padding_mask
 from ..blocks import DecoderLayer, Encoder, EncoderLayer, LayerNorm, sublayer_connection
 from ..models import trace_shapes
 from .adapters import called_like_the_lessons
+from .debugging import PlantedBug, debug_exercise
 from .core import (Case, CheckFailed, Exercise, build_module, call_learner, composite, expect_portable, isolated,
                    load_reference_weights, one_thread, run)
 
@@ -697,6 +698,24 @@ def check_shape_table(learner_fn: Any, hidden: bool = False) -> None:
     run(SHAPE_TABLE, learner_fn, cases, hidden)
 
 
+# ----------------------------------------------------------------------------------------------
+# Debug exercise: a colleague's sub-layer connection with one planted mistake
+# ----------------------------------------------------------------------------------------------
+
+COLLEAGUES_SUBLAYER_CONNECTION = PlantedBug(
+    "05_blocks", "sublayer_debug_impl", "colleagues_sublayer_connection",
+    source='''def colleagues_sublayer_connection(x: Tensor, sublayer, norm: nn.Module, norm_first: bool = False) -> Tensor:
+    """A colleague's sub-layer connection, called as yours (sublayer: a function of one tensor)."""
+    if norm_first:
+        x = norm(x)  # pre-LN: the sub-layer reads the normalised stream
+        return x + sublayer(x)  # (B, T, d_model)
+    return norm(x + sublayer(x))  # post-LN: normalise the sum, (B, T, d_model)
+''',
+    mistake="the residual must carry x itself, not LN(x)",
+    coarse_hint="compare the norm_first branch, line by line, with the pre-LN row of section 4's table, "
+                "x + F(LN(x)): is every x there the tensor that came in?")
+check_sublayer_debug = debug_exercise(check_sublayer_connection, COLLEAGUES_SUBLAYER_CONNECTION)
+
 __all__ = [
     "check_layer_norm",
     "check_sublayer_connection",
@@ -704,6 +723,7 @@ __all__ = [
     "check_decoder_layer",
     "check_encoder",
     "check_shape_table",
+    "check_sublayer_debug",
     "SHAPE_KEYS",
 ]
 

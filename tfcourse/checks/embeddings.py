@@ -25,6 +25,7 @@ from torch import Tensor, nn
 from ..attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
 from ..embedding import InputEmbedding, LearnedPositionalEmbedding, TokenEmbedding, sinusoidal_positional_encoding
 from ..ffn import PositionwiseFeedForward
+from .debugging import PlantedBug, debug_exercise
 from .core import (Case, CheckFailed, Exercise, OffLimitsError, build_module, call_learner, compare, composite,
                    expect_portable, isolated, load_state, one_thread, run, run_case, seeded)
 
@@ -621,3 +622,25 @@ def check_input_layer(learner_cls, hidden: bool = False) -> None:
         expect_portable(f"{learner_cls.__name__}{args}", _input_layer(learner_cls, args), portable_inputs)
 
     run(INPUT_LAYER, learner_cls, cases, hidden, then=after_the_cases)
+
+
+# ----------------------------------------------------------------------------------------------
+# Debug exercise: a colleague's positional encoding with one planted mistake
+# ----------------------------------------------------------------------------------------------
+
+COLLEAGUES_POSITIONAL_ENCODING = PlantedBug(
+    "02_embeddings", "pe_debug_impl", "colleagues_positional_encoding",
+    source='''def colleagues_positional_encoding(max_len: int, d_model: int) -> Tensor:
+    """A colleague's sinusoidal table (max_len, d_model), called as yours. It has one mistake."""
+    position = torch.arange(max_len, dtype=torch.float32)[:, None]  # (max_len, 1)
+    i = torch.arange(d_model // 2, dtype=torch.float32)  # (d_model/2,): one index per sin/cos pair
+    angle = position / 10000.0 ** (i / d_model)  # (max_len, d_model/2): one angle per position and pair
+    pe = torch.zeros(max_len, d_model)
+    pe[:, 0::2] = torch.sin(angle)  # even dimensions 2i
+    pe[:, 1::2] = torch.cos(angle)  # odd dimensions 2i + 1: the same angle
+    return pe
+''',
+    mistake="exponent i/d_model instead of 2i/d_model",
+    coarse_hint="print row 1 of the table for d_model = 4 and compare it, pair by pair, with PE(1) as section 4 "
+                "worked it out by hand")
+check_positional_encoding_debug = debug_exercise(check_positional_encoding, COLLEAGUES_POSITIONAL_ENCODING)

@@ -25,6 +25,7 @@ from ..output import cross_entropy as reference_cross_entropy
 from ..output import log_softmax as reference_log_softmax
 from .core import (Case, CheckFailed, Exercise, OffLimitsError, build_module, call_learner, compare, composite,
                    isolated, load_state, run)
+from .debugging import PlantedBug, debug_exercise
 
 # ----------------------------------------------------------------------------------------------
 # What each exercise is, and what it may not call
@@ -894,7 +895,48 @@ def check_cached_generation(learner_fn: Callable, hidden: bool = False) -> None:
     run(CACHED_GENERATION, learner_fn, cases, hidden)
 
 
+# ----------------------------------------------------------------------------------------------
+# Debug exercises: a colleague's code with one planted mistake (lesson 06: cross-entropy; lesson 07: top-p)
+# ----------------------------------------------------------------------------------------------
+
+COLLEAGUES_CROSS_ENTROPY = PlantedBug(
+    "06_models", "cross_entropy_debug_impl", "colleagues_cross_entropy",
+    source='''def colleagues_cross_entropy(logits: Tensor, targets: Tensor) -> Tensor:
+    """A colleague's cross-entropy, called as yours: logits (..., V), targets (...) -> the mean loss."""
+    # Log-softmax over the vocabulary, with the max subtracted so that exp never overflows.
+    shifted = logits - logits.amax(dim=1, keepdim=True)  # same shape as logits
+    log_probs = shifted - torch.log(torch.exp(shifted).sum(dim=1, keepdim=True))  # same shape as logits
+    vocab = logits.shape[-1]
+    picked = log_probs.reshape(-1, vocab).gather(1, targets.reshape(-1, 1))  # (N, 1): log p(target)
+    return -picked.mean()
+''',
+    mistake="the log-softmax over the wrong axis (positions, not the vocabulary)",
+    coarse_hint="give it uniform logits of shape (2, 4, 10): an untrained model should score ln 10 = 2.303. "
+                "Which length does the number it gives belong to?")
+check_cross_entropy_debug = debug_exercise(check_cross_entropy, COLLEAGUES_CROSS_ENTROPY)
+
+COLLEAGUES_FILTER_LOGITS = PlantedBug(
+    "07_decoding", "filter_debug_impl", "colleagues_filter_logits",
+    source='''def colleagues_filter_logits(logits: Tensor, top_k: int | None = None, top_p: float | None = None) -> Tensor:
+    """A colleague's filter_logits, called as yours: logits (B, V) -> the same shape, removed tokens at -inf."""
+    if top_k is not None:
+        kth_best = torch.topk(logits, min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]  # (B, 1)
+        logits = logits.masked_fill(logits < kth_best, float("-inf"))  # exp(-inf) = 0: never sampled
+    if top_p is not None:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)  # (B, V), best first
+        cumulative = torch.softmax(sorted_logits, dim=-1).cumsum(dim=-1)  # (B, V): the mass up to each token
+        drop_sorted = cumulative > top_p  # (B, V): the tokens outside the nucleus
+        drop = drop_sorted.scatter(-1, order, drop_sorted)  # back to vocabulary order
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
+''',
+    mistake="top-p that also drops the token which crosses p",
+    coarse_hint="run it on section 3's worked example, p = (0.5, 0.3, 0.15, 0.05) with top_p=0.75: which "
+                "tokens must stay, and which stay here?")
+check_filter_debug = debug_exercise(check_filter_logits, COLLEAGUES_FILTER_LOGITS)
+
 __all__ = [
     "check_log_softmax", "check_cross_entropy", "check_gpt", "check_parameter_count", "check_shift_right",
     "check_filter_logits", "check_sample_next_token", "check_beam_search", "check_cached_generation",
+    "check_cross_entropy_debug", "check_filter_debug",
 ]

@@ -27,6 +27,7 @@ from ..training.loop import TrainConfig, default_loss, estimate_loss as referenc
 from ..training.loop import lr_at as reference_lr_at
 from ..training.loop import train_step as reference_train_step
 from .core import Case, CheckFailed, Exercise, call_learner, compare, isolated, one_thread, run, seeded
+from .debugging import PlantedBug, debug_exercise
 
 # no_grad=False where the learner's code runs with autograd on, as in the notebook: train_step needs it,
 # and estimate_loss is judged on turning it off itself.
@@ -791,4 +792,30 @@ def check_estimate_loss(learner_fn: Callable, hidden: bool = False) -> None:
     run(ESTIMATE_LOSS, learner_fn, cases, hidden)
 
 
-__all__ = ["check_get_batch", "check_adamw_step", "check_lr_schedule", "check_train_step", "check_estimate_loss"]
+# ----------------------------------------------------------------------------------------------
+# Debug exercise: a colleague's AdamW with one planted mistake
+# ----------------------------------------------------------------------------------------------
+
+COLLEAGUES_ADAMW_STEP = PlantedBug(
+    "08_training", "adamw_debug_impl", "colleagues_adamw_step",
+    source='''def colleagues_adamw_step(params: list[Tensor], grads: list[Tensor], exp_avg: list[Tensor],
+                          exp_avg_sq: list[Tensor], step: int, lr: float, betas: tuple[float, float], eps: float,
+                          weight_decay: float) -> None:
+    """A colleague's AdamW update, called as yours: in place, with its state; `step` counts from 1."""
+    beta1, beta2 = betas
+    correction1 = 1 - beta1 ** step  # m and v started at 0: divide that pull back out
+    correction2 = 1 - beta2 ** step
+    for p, g, m, v in zip(params, grads, exp_avg, exp_avg_sq):
+        g = g + weight_decay * p  # weight decay: pull every weight towards 0
+        m.mul_(beta1).add_(g, alpha=1 - beta1)  # m <- beta1 m + (1 - beta1) g
+        v.mul_(beta2).addcmul_(g, g, value=1 - beta2)  # v <- beta2 v + (1 - beta2) g^2
+        denominator = (v / correction2).sqrt() + eps  # sqrt(v_hat) + eps
+        p.addcdiv_(m / correction1, denominator, value=-lr)  # p <- p - lr m_hat / (sqrt(v_hat) + eps)
+''',
+    mistake="Adam with L2 regularisation",
+    coarse_hint="run one step on a weight whose gradient is zero (the cell below the check does): torch's AdamW "
+                "shrinks it by lr·λ of its value. How far does this code move it, and which line decides that?")
+check_adamw_debug = debug_exercise(check_adamw_step, COLLEAGUES_ADAMW_STEP)
+
+__all__ = ["check_get_batch", "check_adamw_step", "check_lr_schedule", "check_train_step", "check_estimate_loss",
+           "check_adamw_debug"]

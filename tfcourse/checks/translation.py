@@ -20,6 +20,7 @@ from ..attention import causal_mask, padding_mask
 from ..decoding import translate
 from ..models import Transformer, TransformerConfig
 from .core import Case, CheckFailed, Exercise, _close, call_learner, compare, isolated, run
+from .debugging import PlantedBug, debug_exercise
 
 SHIFT_OFF_LIMITS = ["tfcourse.training.translation.shift_target"]
 SHIFT_TARGET = Exercise("teacher-forcing batch", SHIFT_OFF_LIMITS,
@@ -521,3 +522,30 @@ def check_greedy_decode(learner_fn, hidden: bool = False) -> None:
                           expected=expected, label=what, atol=0, rtol=0, unchanged_what="greedy_decode",
                           inspect=functools.partial(_expect_one_sentence, mistakes=mistakes, what=what)))
     run(GREEDY_DECODE, learner_fn, cases, hidden)
+
+
+# ----------------------------------------------------------------------------------------------
+# Debug exercise: a colleague's greedy decoder with one planted mistake
+# ----------------------------------------------------------------------------------------------
+
+COLLEAGUES_GREEDY_DECODE = PlantedBug(
+    "09_translation", "greedy_debug_impl", "colleagues_greedy_decode",
+    source='''def colleagues_greedy_decode(model: nn.Module, src: Tensor, bos_id: int, eos_id: int,
+                             max_new_tokens: int) -> Tensor:
+    """A colleague's greedy translation of one sentence src (S,), called as yours: <bos> y1 … (1 + n,)."""
+    model.eval()
+    memory, src_mask = model.encode(src[None, :])  # (1, S, d_model), (1, 1, 1, S): the source, read once
+    ys = torch.tensor([[bos_id]], device=src.device)  # (1, 1): start from <bos>
+    for _ in range(max_new_tokens):
+        newest = ys[:, -1:]  # (1, 1): the word written last
+        logits = model.decode(newest, memory, src_mask)  # (1, 1, V)
+        next_id = logits[:, -1].argmax(dim=-1)  # (1,): the most probable next word
+        ys = torch.cat([ys, next_id[:, None]], dim=1)  # (1, t + 1)
+        if next_id.item() == eos_id:
+            break  # the sentence is finished
+    return ys[0]  # (1 + n,)
+''',
+    mistake="decoding that feeds back only the newest token",
+    coarse_hint="print what the decoder is given at each step of the loop, and compare it with what it read "
+                "in training (section 3): is the decoder's input the same kind of thing?")
+check_greedy_decode_debug = debug_exercise(check_greedy_decode, COLLEAGUES_GREEDY_DECODE)
