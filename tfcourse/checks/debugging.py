@@ -1,9 +1,9 @@
 """Debug exercises: the learner starts from a plausible implementation with one planted mistake — one the
 exercise's check knows by name — and must find and fix it.
 
-    BUG = PlantedBug("03_attention", "mask_debug_impl", "colleagues_causal_mask", source='''def ...''',
-                     mistake="True must mean *may attend*", coarse_hint="print the mask for t_q = t_k = 3")
-    check_mask_debug = debug_exercise(check_causal_mask, BUG)
+    BUG = PlantedBug("03_attention", "attention_debug_impl", "colleagues_attention", source='''def ...''',
+                     mistake="the mask applied after softmax", coarse_hint="add up each row of the weights ...")
+    check_attention_debug = debug_exercise(check_scaled_dot_product_attention, BUG)
 
 The planted code lives here, once: `nbgrader generate_assignment` writes it into the student version in
 place of the answer (`tfcourse.course.autograde.PlantBugs`, matched by the answer cell's grade id), and the
@@ -33,7 +33,7 @@ from .core import CheckFailed
 class PlantedBug:
     lesson: str  # the lesson folder
     answer_id: str  # the grade id of the debug exercise's answer cell
-    name: str  # the function or class the cell defines
+    name: str  # the function the cell defines (a function: IPython keeps no source of a notebook's classes)
     source: str  # the cell the student version starts from: the code with its one mistake
     mistake: str  # words of the diagnosis the exercise's check gives for it (the tests look for them)
     coarse_hint: str  # where to look, without naming the mistake

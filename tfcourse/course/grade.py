@@ -314,8 +314,8 @@ def _started_only(todo: list[tuple[str, Path | None]], solutions: Path) -> list[
     """The lessons with an exercise changed; one line for each of the others, and how to grade them all."""
     planted = _planted_sources()
     started = [(lesson, notebook) for lesson, notebook in todo if is_started(notebook, lesson, solutions, planted)]
-    for lesson, _ in todo:
-        if (lesson, _) not in started:
+    for lesson, notebook in todo:
+        if (lesson, notebook) not in started:
             print(f"  {lesson}: not started (no exercise changed yet), not graded")
     print(f"grading the {len(started)} lesson(s) you have started; `tfcourse grade --all` grades every lesson")
     return started
