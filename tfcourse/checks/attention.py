@@ -626,9 +626,13 @@ COLLEAGUES_ATTENTION = PlantedBug(
     """A colleague's scaled dot-product attention, called as yours: (output, weights). It has one mistake."""
     d_k = q.shape[-1]
     scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)  # (..., T_q, T_k)
+    if mask is not None:
+        nothing_allowed = ~mask.any(dim=-1, keepdim=True)  # (..., T_q, 1): a query with no key at all
+        scores = scores.masked_fill(nothing_allowed, 0.0)  # finite scores: no NaN, not even in the gradient
     weights = torch.softmax(scores, dim=-1)  # (..., T_q, T_k)
     if mask is not None:
         weights = weights.masked_fill(~mask, 0.0)  # a key the query may not see gets no weight
+        weights = weights.masked_fill(nothing_allowed, 0.0)  # ...and a query with no key, no weight at all
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p)
     return weights @ v, weights  # (..., T_q, d_v), (..., T_q, T_k)
