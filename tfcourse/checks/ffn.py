@@ -483,35 +483,26 @@ def check_ffn_backward(learner_fn, hidden: bool = False) -> None:
 
 
 # ----------------------------------------------------------------------------------------------
-# Debug exercise: a colleague's backward pass with one planted mistake
+# Debug exercise: a colleague's trace_ffn with one planted mistake
 # ----------------------------------------------------------------------------------------------
 
-COLLEAGUES_FFN_BACKWARD = PlantedBug(
-    "04_ffn", "backward_debug_impl", "colleagues_ffn_backward",
-    source='''def colleagues_ffn_backward(x: Tensor, W1: Tensor, b1: Tensor, W2: Tensor, b2: Tensor,
-                            grad_y: Tensor) -> dict[str, Tensor]:
-    """A colleague's backward pass through y = max(0, x W1 + b1) W2 + b2, called as yours. It has one mistake."""
-    h = x @ W1 + b1  # (B, T, d_ff)
-    a = torch.relu(h)  # (B, T, d_ff)
-    x_rows, a_rows = x.reshape(-1, x.shape[-1]), a.reshape(-1, a.shape[-1])  # (B*T, d_model), (B*T, d_ff)
-    grad_y_rows = grad_y.reshape(-1, grad_y.shape[-1])  # (B*T, d_model)
-    grad_a = grad_y_rows @ W2.T  # (B*T, d_ff): back through W2
-    grad_h = torch.relu(grad_a)  # (B*T, d_ff): back through the ReLU
-    return {
-        "dx": (grad_h @ W1.T).reshape(x.shape),  # (B, T, d_model)
-        "dW1": x_rows.T @ grad_h,  # (d_model, d_ff): summed over the B*T positions
-        "db1": grad_h.sum(dim=0),  # (d_ff,)
-        "dW2": a_rows.T @ grad_y_rows,  # (d_ff, d_model)
-        "db2": grad_y_rows.sum(dim=0),  # (d_model,)
-    }
+COLLEAGUES_TRACE_FFN = PlantedBug(
+    "04_ffn", "trace_debug_impl", "colleagues_trace_ffn",
+    source='''def colleagues_trace_ffn(ffn: nn.Module, x: Tensor) -> dict[str, Tensor]:
+    """A colleague's trace_ffn, called as yours: every intermediate of ffn on x (..., d_model). It has one mistake."""
+    hidden = ffn.linear1(x)  # (..., d_ff): expand
+    activated = torch.relu(hidden)  # (..., d_ff): negatives become 0
+    output = ffn.linear2(hidden)  # (..., d_model): compress back
+    residual = x + output  # (..., d_model): the residual connection
+    return {"hidden": hidden, "activated": activated, "output": output, "residual": residual}
 ''',
-    mistake="the ReLU applied to the gradient",
-    coarse_hint="compare each of the five gradients with autograd's (the cell below the check does): the ones "
-                "that are right and the ones that are wrong tell you which step of the backward pass to read")
-check_ffn_backward_debug = debug_exercise(check_ffn_backward, COLLEAGUES_FFN_BACKWARD)
+    mistake="the FFN without ReLU",
+    coarse_hint="set the four values of the trace next to the table of section 4 (the cell below the check does): "
+                "the first key that is wrong tells you which line to read")
+check_trace_ffn_debug = debug_exercise(check_trace_ffn, COLLEAGUES_TRACE_FFN)
 
 __all__ = [
     "FFN_OFF_LIMITS", "BACKWARD_OFF_LIMITS", "BACKWARD_KEYS", "check_feed_forward", "check_load_paper_weights",
     "check_trace_ffn", "check_positions_affected", "check_collapse_linear", "check_ffn_backward",
-    "check_ffn_backward_debug", "worked_example_weights",
+    "check_trace_ffn_debug", "worked_example_weights",
 ]

@@ -793,29 +793,25 @@ def check_estimate_loss(learner_fn: Callable, hidden: bool = False) -> None:
 
 
 # ----------------------------------------------------------------------------------------------
-# Debug exercise: a colleague's AdamW with one planted mistake
+# Debug exercise: a colleague's batch sampler with one planted mistake
 # ----------------------------------------------------------------------------------------------
 
-COLLEAGUES_ADAMW_STEP = PlantedBug(
-    "08_training", "adamw_debug_impl", "colleagues_adamw_step",
-    source='''def colleagues_adamw_step(params: list[Tensor], grads: list[Tensor], exp_avg: list[Tensor],
-                          exp_avg_sq: list[Tensor], step: int, lr: float, betas: tuple[float, float], eps: float,
-                          weight_decay: float) -> None:
-    """A colleague's AdamW update, called as yours: in place, with its state; `step` counts from 1."""
-    beta1, beta2 = betas
-    correction1 = 1 - beta1 ** step  # m and v started at 0: divide that pull back out
-    correction2 = 1 - beta2 ** step
-    for p, g, m, v in zip(params, grads, exp_avg, exp_avg_sq):
-        g = g + weight_decay * p  # weight decay: pull every weight towards 0
-        m.mul_(beta1).add_(g, alpha=1 - beta1)  # m <- beta1 m + (1 - beta1) g
-        v.mul_(beta2).addcmul_(g, g, value=1 - beta2)  # v <- beta2 v + (1 - beta2) g^2
-        denominator = (v / correction2).sqrt() + eps  # sqrt(v_hat) + eps
-        p.addcdiv_(m / correction1, denominator, value=-lr)  # p <- p - lr m_hat / (sqrt(v_hat) + eps)
+COLLEAGUES_GET_BATCH = PlantedBug(
+    "08_training", "batch_debug_impl", "colleagues_get_batch",
+    source='''def colleagues_get_batch(data: Tensor, batch_size: int, context_len: int,
+                         generator: torch.Generator | None = None):
+    """A colleague's batch sampler, called as yours: (x, y), both (batch_size, context_len)."""
+    # Each window needs one more token after it, for the target of its last position.
+    starts = torch.randint(0, len(data) - context_len - 1, (batch_size,), generator=generator)  # (B,)
+    positions = starts[:, None] + torch.arange(context_len)[None, :]  # (B, 1) + (1, T) -> (B, T)
+    x = data[positions]  # (B, T): the contexts
+    y = data[positions + 1]  # (B, T): the same windows, one token later
+    return x, y
 ''',
-    mistake="Adam with L2 regularisation",
-    coarse_hint="run one step on a weight whose gradient is zero (the cell below the check does): torch's AdamW "
-                "shrinks it by lr·λ of its value. How far does this code move it, and which line decides that?")
-check_adamw_debug = debug_exercise(check_adamw_step, COLLEAGUES_ADAMW_STEP)
+    mistake="the last possible window is never drawn",
+    coarse_hint="draw many batches from a short text (the cell below the check does): which starts can come "
+                "out, which ones should, and which line decides that?")
+check_get_batch_debug = debug_exercise(check_get_batch, COLLEAGUES_GET_BATCH)
 
 __all__ = ["check_get_batch", "check_adamw_step", "check_lr_schedule", "check_train_step", "check_estimate_loss",
-           "check_adamw_debug"]
+           "check_get_batch_debug"]
