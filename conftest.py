@@ -16,6 +16,8 @@ os.environ.setdefault("TFCOURSE_FAST", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
 # ...and note which of "your parts" each lesson shows in its tables and which its code uses (see
 # tfcourse.course.assemble.TRACE): when a notebook's last cell has run, the two must be the same.
+# (pytest-xdist's workers inherit the folder from the main process, which alone removes it at the end.)
+_TRACE_MADE_HERE = "TFCOURSE_TRACE_PARTS" not in os.environ
 PARTS_TRACE = Path(os.environ.setdefault("TFCOURSE_TRACE_PARTS", tempfile.mkdtemp(prefix="tfcourse-parts-")))
 
 # Figures the tests record (as user properties, so they also reach the main process under
@@ -86,8 +88,8 @@ def pytest_runtest_teardown(item, nextitem):
 
 
 def pytest_sessionfinish(session):
-    if str(PARTS_TRACE).startswith(tempfile.gettempdir()) and PARTS_TRACE.name.startswith("tfcourse-parts-"):
-        shutil.rmtree(PARTS_TRACE, ignore_errors=True)  # the folder this process made
+    if _TRACE_MADE_HERE and not hasattr(session.config, "workerinput"):  # the main process, which made it
+        shutil.rmtree(PARTS_TRACE, ignore_errors=True)
 
 
 def pytest_runtest_logreport(report):
