@@ -16,9 +16,9 @@ os.environ.setdefault("TFCOURSE_FAST", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
 # ...and note which of "your parts" each lesson shows in its tables and which its code uses (see
 # tfcourse.course.assemble.TRACE): when a notebook's last cell has run, the two must be the same.
-# (pytest-xdist's workers inherit the folder from the main process, which alone removes it at the end.)
-_TRACE_MADE_HERE = "TFCOURSE_TRACE_PARTS" not in os.environ
-PARTS_TRACE = Path(os.environ.setdefault("TFCOURSE_TRACE_PARTS", tempfile.mkdtemp(prefix="tfcourse-parts-")))
+# (A process that finds the variable set uses that folder and leaves it to its maker to remove.)
+_TRACE_MADE_HERE = None if "TFCOURSE_TRACE_PARTS" in os.environ else tempfile.mkdtemp(prefix="tfcourse-parts-")
+PARTS_TRACE = Path(os.environ.setdefault("TFCOURSE_TRACE_PARTS", _TRACE_MADE_HERE or ""))
 
 # Figures the tests record (as user properties, so they also reach the main process under
 # pytest-xdist), printed at the end of the session.
@@ -88,8 +88,8 @@ def pytest_runtest_teardown(item, nextitem):
 
 
 def pytest_sessionfinish(session):
-    if _TRACE_MADE_HERE and not hasattr(session.config, "workerinput"):  # the main process, which made it
-        shutil.rmtree(PARTS_TRACE, ignore_errors=True)
+    if _TRACE_MADE_HERE is not None:  # the folder this process made (its workers, if any, are done by now)
+        shutil.rmtree(_TRACE_MADE_HERE, ignore_errors=True)
 
 
 def pytest_runtest_logreport(report):
