@@ -444,6 +444,8 @@ def test_two_learners_and_an_instructor_through_a_real_jupyterhub(classroom, hub
         room.nbgrader(learner, "fetch_assignment", LESSON)
         status, model = server(learner, "GET", f"api/contents/{LESSON}/{LESSON}.ipynb")
         assert status == 200, model
+        # The lesson's drawn figures came with it, where its Markdown looks for them.
+        assert server(learner, "GET", f"api/contents/{LESSON}/figures/map.svg?content=0")[0] == 200
         nb = nbformat.from_dict(model["content"])
         for cell in nb.cells:
             grade_id = _meta(cell).get("grade_id")
@@ -466,8 +468,10 @@ def test_two_learners_and_an_instructor_through_a_real_jupyterhub(classroom, hub
     assert len(alice_submission.parent.name.rsplit("+", 1)[1]) >= 12  # the random part
     private = room.run_as(bob, "cat", str(room.home(alice) / LESSON / f"{LESSON}.ipynb"), check=False)
     assert private.returncode != 0 and "Permission denied" in private.stderr, private
-    # ... and the exchange's outbound copy is the released lesson, not anyone's answers.
-    assert room.run_as(bob, "ls", str(room.exchange / "tfcourse" / "outbound" / LESSON)).stdout.split() == [f"{LESSON}.ipynb"]
+    # ... and the exchange's outbound copy is the released lesson (its notebook and drawn figures),
+    # not anyone's answers.
+    outbound = room.exchange / "tfcourse" / "outbound" / LESSON
+    assert room.run_as(bob, "ls", str(outbound)).stdout.split() == [f"{LESSON}.ipynb", "figures"]
 
     phase("submitted")
     # The instructor collects, autogrades (all submissions at once: tfcourse autograde), releases feedback.

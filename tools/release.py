@@ -69,6 +69,13 @@ def release(names: list[str], force: bool) -> int:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(new, target)
                 print(f"wrote {target.relative_to(ROOT)}")
+            # The lesson's other files (its drawn figures): generated, never a learner's work.
+            for new in sorted(p for p in fresh.rglob("*") if p.is_file() and p.suffix != ".ipynb"):
+                target = RELEASE / lesson / new.relative_to(fresh)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                if not target.exists() or target.read_bytes() != new.read_bytes():
+                    shutil.copyfile(new, target)
+                    print(f"wrote {target.relative_to(ROOT)}")
     for target in skipped:
         print(f"left {target.relative_to(ROOT)} alone: it has changes that are not committed "
               "(use --force to overwrite it; a backup copy is kept)")

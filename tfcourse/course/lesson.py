@@ -9,17 +9,9 @@ import warnings
 import torch
 
 from .. import __version__
+from .figures.maps import STAGES  # the pipeline's stages, as the lessons' maps draw them
 from .plots import use_cjk_fallback_font
 
-STAGES = {
-    "tokens": "text → tokens → ids",
-    "embedding": "embedding × √d_model + positional encoding",
-    "attention": "attention",
-    "ffn": "feed-forward network",
-    "blocks": "N × block (residual + LayerNorm)",
-    "output": "linear + softmax → next token",
-    "training": "training",
-}
 
 
 def fast_mode() -> bool:
