@@ -309,6 +309,12 @@ def test_a_lesson_opens_unmodified(page, lab, lesson):
     assert "jp-mod-dirty" not in (tab.get_attribute("class") or "")
     # The course's JupyterLab settings (make installs them): no "Jupyter news?" question either.
     assert page.get_by_text("official Jupyter news").count() == 0
+    # Its opening map, a drawn figure beside the notebook, is shown (loaded, not a broken image).
+    image = page.locator('.jp-RenderedMarkdown img[src*="map.svg"]').first
+    image.wait_for(timeout=60_000)
+    page.wait_for_function("(img) => img.complete && img.naturalWidth > 0", arg=image.element_handle(),
+                           timeout=60_000)
+    image.scroll_into_view_if_needed()  # the page's screenshot shows it
 
 
 def test_validate_reports_the_unfinished_exercises(page, lab):
