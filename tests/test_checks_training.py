@@ -12,7 +12,7 @@ import tfcourse.data
 import tfcourse.training.loop
 from tfcourse.checks.core import CheckFailed, OffLimitsError
 from tfcourse.checks.training import (check_adamw_step, check_estimate_loss, check_get_batch, check_lr_schedule,
-                                      check_train_step)
+                                      check_previous_token_score, check_train_step)
 from check_helpers import assert_passes, stub
 
 
@@ -22,7 +22,7 @@ def _tiny_models_on_one_thread(one_thread):
 
 
 @pytest.mark.parametrize("check", [check_get_batch, check_adamw_step, check_lr_schedule, check_train_step,
-                                   check_estimate_loss])
+                                   check_estimate_loss, check_previous_token_score])
 def test_a_stub_is_not_implemented_yet(check):
     with pytest.raises(CheckFailed, match="not implemented yet"):
         check(stub)
@@ -671,6 +671,75 @@ def test_estimate_loss_mistakes_are_named(learner, message):
 def test_estimate_loss_reference_is_off_limits():
     with pytest.raises(OffLimitsError, match="tfcourse.training.loop.estimate_loss"):
         check_estimate_loss(calls_the_reference_estimate)
+
+
+# ----------------------------------------------------------------------------------------------
+# The previous-token score of every head
+# ----------------------------------------------------------------------------------------------
+
+
+def previous_token_score(weights):
+    return weights.diagonal(offset=-1, dim1=-2, dim2=-1).mean(dim=-1)  # entries [t, t-1]
+
+
+def previous_token_score_by_loops(weights):
+    n_heads, length, _ = weights.shape
+    return torch.tensor([sum(weights[h, t, t - 1].item() for t in range(1, length)) / (length - 1)
+                         for h in range(n_heads)])
+
+
+def previous_token_score_with_a_mask(weights):
+    below = torch.ones(weights.shape[-2:]).tril(diagonal=-1) - torch.ones(weights.shape[-2:]).tril(diagonal=-2)
+    return (weights * below).sum(dim=(-2, -1)) / (weights.shape[-1] - 1)
+
+
+def divided_by_t(weights):
+    return weights.diagonal(offset=-1, dim1=-2, dim2=-1).sum(dim=-1) / weights.shape[-1]
+
+
+def the_diagonal(weights):
+    return weights.diagonal(dim1=-2, dim2=-1).mean(dim=-1)
+
+
+def axes_swapped(weights):
+    return weights.diagonal(offset=1, dim1=-2, dim2=-1).mean(dim=-1)
+
+
+def the_largest(weights):
+    return weights.diagonal(offset=-1, dim1=-2, dim2=-1).max(dim=-1).values
+
+
+def over_heads_too(weights):
+    return weights.diagonal(offset=-1, dim1=-2, dim2=-1).mean()
+
+
+def calls_the_reference_score(weights):
+    import tfcourse.heads
+
+    return tfcourse.heads.previous_token_score(weights)
+
+
+@pytest.mark.parametrize("learner", [previous_token_score, previous_token_score_by_loops,
+                                     previous_token_score_with_a_mask])
+def test_previous_token_score_right_answers_pass(learner, capfd):
+    assert_passes(check_previous_token_score, learner, capfd)
+
+
+@pytest.mark.parametrize(("learner", "message"), [
+    (divided_by_t, r"sum over positions divided by T: position 0 has no token before it"),
+    (the_diagonal, r"weight on the token itself \(the diagonal\)"),
+    (axes_swapped, r"the row is the query, the column the key"),
+    (the_largest, r"largest weight on the token before"),
+    (over_heads_too, r"expected shape \(4\), got \(\)"),  # one number per head, not one in all
+])
+def test_previous_token_score_mistakes_are_named(learner, message):
+    with pytest.raises(CheckFailed, match=message):
+        check_previous_token_score(learner)
+
+
+def test_previous_token_score_reference_is_off_limits():
+    with pytest.raises(OffLimitsError, match="tfcourse.heads.previous_token_score"):
+        check_previous_token_score(calls_the_reference_score)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -6,7 +6,8 @@
    batch 64, bf16, torch.compile) on Tiny Shakespeare: the best and final validation loss, the wall
    time at which the validation loss first reaches --target (1.47: nanoGPT's README reports 1.4697), with and without
    the first step (where torch.compile compiles), tokens/s and MFU;
-2. the solutions of lessons 07 and 08 in full mode, and lesson 09's translation run (its timing),
+2. the solutions of lessons 07 and 08 in full mode, lesson 09's translation run (its timing) and
+   lesson 10's LSTM-against-Transformer timings (the GPU half of "parallel computation, measured"),
    each cell timed; the printed output goes to <out>/<lesson>.log.
 
 Lessons run through nbclient when Jupyter is installed; on a machine with PyTorch alone their code
@@ -30,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-LESSONS = ["07_decoding", "08_training", "09_translation"]
+LESSONS = ["07_decoding", "08_training", "09_translation", "10_rnn_vs_transformer"]
 
 
 def log(out: Path, text: str) -> None:

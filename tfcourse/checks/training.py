@@ -4,7 +4,8 @@ The batch sampler (against tfcourse.data.get_batch with the same generator), Ada
 (against torch.optim.AdamW over several steps), the learning-rate schedule (against
 tfcourse.training.loop.lr_at), one training step (against tfcourse.training.loop.train_step on a tiny
 GPT: the same parameters afterwards) and the evaluation loop (against
-tfcourse.training.loop.estimate_loss, watching the model's mode and autograd while it runs).
+tfcourse.training.loop.estimate_loss, watching the model's mode and autograd while it runs), and the
+previous-token score of the trained model's heads (against tfcourse.heads.previous_token_score).
 Every check runs @isolated (the learner's random state and defaults are left as they were) on one thread.
 A case may call the learner's code several times (a batch drawn twice, a schedule step by step, several
 optimizer steps): its `call` makes those calls and its `inspect` judges what they gave.
@@ -793,6 +794,52 @@ def check_estimate_loss(learner_fn: Callable, hidden: bool = False) -> None:
 
 
 # ----------------------------------------------------------------------------------------------
+# Exercise: the previous-token score of every head
+# ----------------------------------------------------------------------------------------------
+
+PREVIOUS_TOKEN = Exercise("the previous-token score", ["tfcourse.heads.previous_token_score"],
+                          "previous_token_score matches tfcourse.heads.previous_token_score on {n} sets of weights")
+
+
+def _causal_weights(n_heads: int, length: int, seed: int, previous_head: int | None = None) -> Tensor:
+    """(n_heads, T, T) attention weights as a causal softmax makes them; `previous_head`, if given,
+    leans hard on the token before (so a score near 1 is among the cases)."""
+    scores = torch.randn(n_heads, length, length, generator=seeded(seed)) * 2
+    if previous_head is not None:
+        scores[previous_head] += 8 * torch.eye(length).roll(-1, dims=1)  # row t: +8 on column t - 1
+    scores = scores.masked_fill(torch.ones(length, length).triu(diagonal=1).bool(), float("-inf"))
+    return scores.softmax(dim=-1)
+
+
+def _previous_token_case(seed: int, n_heads: int, length: int, previous_head: int | None) -> Case:
+    weights = _causal_weights(n_heads, length, seed, previous_head)
+    before = weights.diagonal(offset=-1, dim1=-2, dim2=-1)  # (n_heads, T - 1): entries [t, t-1]
+    mistakes = {
+        "the sum over positions divided by T: position 0 has no token before it, so average over the "
+        "T - 1 positions 1..T-1": before.sum(dim=-1) / length,
+        "the weight on the token itself (the diagonal), not on the one before": weights.diagonal(dim1=-2, dim2=-1).mean(-1),
+        "the mean of weights[h, t-1, t], each query's weight on the *next* token (0 under the causal mask): "
+        "the row is the query, the column the key": weights.diagonal(offset=1, dim1=-2, dim2=-1).mean(-1),
+        "the *largest* weight on the token before, not its mean over the positions": before.max(dim=-1).values,
+    }
+    what = f"previous_token_score(weights of shape {tuple(weights.shape)})"
+    return Case(what, args=(weights,), expected=before.mean(dim=-1), mistakes=mistakes, label=what)
+
+
+@isolated
+@one_thread
+def check_previous_token_score(learner_fn: Callable, hidden: bool = False) -> None:
+    """previous_token_score(weights) -> (n_heads,): for weights (n_heads, T, T), the mean over positions
+    t = 1..T-1 of weights[h, t, t-1]."""
+    # (n_heads, T, the head that leans on the token before)
+    settings = [(4, 10, 2), (2, 6, None)]
+    if hidden:
+        settings += [(1, 2, 0), (8, 33, 5), (3, 3, None)]
+    cases = [_previous_token_case(seed, *setting) for seed, setting in enumerate(settings)]
+    run(PREVIOUS_TOKEN, learner_fn, cases, hidden)
+
+
+# ----------------------------------------------------------------------------------------------
 # Debug exercise: a colleague's batch sampler with one planted mistake
 # ----------------------------------------------------------------------------------------------
 
@@ -814,4 +861,4 @@ COLLEAGUES_GET_BATCH = PlantedBug(
 check_get_batch_debug = debug_exercise(check_get_batch, COLLEAGUES_GET_BATCH)
 
 __all__ = ["check_get_batch", "check_adamw_step", "check_lr_schedule", "check_train_step", "check_estimate_loss",
-           "check_get_batch_debug"]
+           "check_previous_token_score", "check_get_batch_debug"]
