@@ -3,6 +3,8 @@ recognised, the reference is off-limits, and a stub says it is not implemented y
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -11,7 +13,7 @@ from tfcourse.training import translation
 from tfcourse.attention import causal_mask, padding_mask
 from tfcourse.checks.core import CheckFailed, OffLimitsError
 from tfcourse.checks.translation import (check_encoder_decoder_forward, check_greedy_decode,
-                                         check_label_smoothed_cross_entropy, check_shift_target)
+                                         check_label_smoothed_cross_entropy, check_paper_lr, check_shift_target)
 from tfcourse.output import cross_entropy
 from check_helpers import assert_passes, stub
 
@@ -441,3 +443,49 @@ def test_success_lines_are_kept(capfd):
         "✔ label_smoothed_cross_entropy equals torch's cross_entropy(..., ignore_index, label_smoothing) on 8 "
         "inputs, gradient included (hidden cases included)",
     ]
+
+
+# ----------------------------------------------------------------------------------------------
+# The paper's learning-rate schedule (eq. 3)
+# ----------------------------------------------------------------------------------------------
+
+
+def paper_lr(step, d_model, warmup_steps):
+    return d_model ** -0.5 * min(step ** -0.5, step * warmup_steps ** -1.5)
+
+
+def paper_lr_with_math(step, d_model, warmup_steps):
+    return min(1 / math.sqrt(step), step / warmup_steps / math.sqrt(warmup_steps)) / math.sqrt(d_model)
+
+
+def paper_lr_as_a_float32_tensor(step, d_model, warmup_steps):
+    return torch.tensor(paper_lr(step, d_model, warmup_steps))
+
+
+@pytest.mark.parametrize("learner", [paper_lr, paper_lr_with_math, paper_lr_as_a_float32_tensor])
+def test_paper_lr_right_answers_pass(learner, capfd):
+    check_paper_lr(learner, hidden=True)
+    out, err = capfd.readouterr()
+    assert out.startswith("✔ paper_lr matches the paper's eq. 3") and err == ""
+
+
+@pytest.mark.parametrize(("learner", "message"), [
+    (lambda s, d, w: min(s ** -0.5, s * w ** -1.5), r"without its d_model\^-0.5 factor"),
+    (lambda s, d, w: d ** -0.5 * min(s ** -0.5, s * w ** -0.5), r"s · W\^-0.5 in the warm-up"),
+    (lambda s, d, w: d ** -0.5 * max(s ** -0.5, s * w ** -1.5), r"the larger of the two terms"),
+    (lambda s, d, w: d ** -0.5 * min(max(s - 1, 1e-12) ** -0.5, (s - 1) * w ** -1.5), r"one step late"),
+    (lambda s, d, w: "0.001", r"should return a float, got str"),
+])
+def test_paper_lr_mistakes_are_named(learner, message):
+    with pytest.raises(CheckFailed, match=message):
+        check_paper_lr(learner)
+
+
+def test_paper_lr_reference_is_off_limits_and_refuses_step_0():
+    import tfcourse.training.loop
+
+    with pytest.raises(OffLimitsError, match="tfcourse.training.loop.paper_lr_at"):
+        check_paper_lr(lambda s, d, w: tfcourse.training.loop.paper_lr_at(s, d, w))
+    assert tfcourse.training.loop.paper_lr_at(4000, 512, 4000) == pytest.approx(6.988e-4, rel=1e-3)  # the peak
+    with pytest.raises(ValueError, match="counted from 1"):
+        tfcourse.training.loop.paper_lr_at(0, 512, 4000)

@@ -4,6 +4,7 @@
     check_label_smoothed_cross_entropy(label_smoothed_cross_entropy)  the loss, label smoothing and padding
     check_encoder_decoder_forward(encoder_decoder_forward)            the forward pass with its three masks
     check_greedy_decode(greedy_decode)                                translation one word at a time
+    check_paper_lr(paper_lr)                                          the paper's learning-rate schedule (eq. 3)
 """
 
 from __future__ import annotations
@@ -549,3 +550,60 @@ COLLEAGUES_GREEDY_DECODE = PlantedBug(
     coarse_hint="print what the decoder is given at each step of the loop, and compare it with what it read "
                 "in training (section 3): is the decoder's input the same kind of thing?")
 check_greedy_decode_debug = debug_exercise(check_greedy_decode, COLLEAGUES_GREEDY_DECODE)
+
+
+# ----------------------------------------------------------------------------------------------
+# The paper's learning-rate schedule (its eq. 3)
+# ----------------------------------------------------------------------------------------------
+
+PAPER_LR = Exercise("the paper's learning-rate schedule", ["tfcourse.training.loop.paper_lr_at"],
+                    "paper_lr matches the paper's eq. 3 (tfcourse.training.loop.paper_lr_at) on {n} schedules")
+
+
+def _paper_schedule(d_model: int, warmup: int, steps: list[int], peak: float, exponent: float) -> Tensor:
+    """d_model^-0.5 min(s^-0.5, s W^exponent), or with another peak factor: the right one and its mistakes."""
+    return torch.tensor([peak * min(s ** -0.5, s * warmup ** exponent) for s in steps], dtype=torch.float64)
+
+
+def _paper_lr_case(d_model: int, warmup: int) -> Case:
+    steps = sorted({1, 2, warmup // 2, warmup - 1, warmup, warmup + 1, 4 * warmup, 25 * warmup} - {0})
+    scale = d_model ** -0.5
+    expected = _paper_schedule(d_model, warmup, steps, scale, -1.5)
+    mistakes = {
+        "the schedule without its d_model^-0.5 factor": _paper_schedule(d_model, warmup, steps, 1.0, -1.5),
+        "s · W^-0.5 in the warm-up: it is s · W^-1.5, so that both terms meet at s = W":
+            _paper_schedule(d_model, warmup, steps, scale, -0.5),
+        "the larger of the two terms: the paper takes the min": torch.tensor(
+            [scale * max(s ** -0.5, s * warmup ** -1.5) for s in steps], dtype=torch.float64),
+        "the schedule one step late (step - 1 used, or steps counted from 0)": torch.tensor(
+            [scale * min(max(s - 1, 1e-12) ** -0.5, (s - 1) * warmup ** -1.5) for s in steps], dtype=torch.float64),
+    }
+    what = f"paper_lr(step, d_model={d_model}, warmup_steps={warmup}) for step in {steps}"
+
+    def call(learner: Callable) -> Tensor:
+        values = []
+        for step in steps:
+            value = call_learner(f"paper_lr({step}, {d_model}, {warmup})", learner, step, d_model, warmup)
+            if isinstance(value, Tensor) and value.numel() == 1:
+                value = value.item()
+            if not isinstance(value, (int, float)):
+                raise CheckFailed(f"paper_lr({step}, {d_model}, {warmup}) should return a float, got "
+                                  f"{type(value).__name__}")
+            values.append(float(value))
+        return torch.tensor(values, dtype=torch.float64)
+
+    # rtol 1e-6: a float32 answer (a tensor, say) is exact enough; every mistake is off by far more.
+    return Case(what, call=call, expected=expected, mistakes=mistakes, label=what, atol=0.0, rtol=1e-6)
+
+
+@isolated
+def check_paper_lr(learner_fn: Callable, hidden: bool = False) -> None:
+    """paper_lr(step, d_model, warmup_steps) -> d_model^-0.5 · min(step^-0.5, step · warmup_steps^-1.5)."""
+    settings = [(512, 4000), (64, 100)]
+    if hidden:
+        settings += [(1024, 8000), (16, 3), (128, 1)]
+    run(PAPER_LR, learner_fn, [_paper_lr_case(*setting) for setting in settings], hidden)
+
+
+__all__ = ["check_shift_target", "check_label_smoothed_cross_entropy", "check_encoder_decoder_forward",
+           "check_greedy_decode", "check_greedy_decode_debug", "check_paper_lr"]

@@ -196,6 +196,18 @@ def lr_at(step: int, config: TrainConfig) -> float:
     return config.min_lr + cosine * (config.lr - config.min_lr)
 
 
+def paper_lr_at(step: int, d_model: int, warmup_steps: int) -> float:
+    r"""The original Transformer's schedule (its eq. 3), for optimizer step `step` >= 1:
+
+        \eta(s) = d_model^{-0.5} \cdot \min(s^{-0.5}, s \cdot W^{-1.5})
+
+    a linear climb for W warm-up steps, to a peak of (d_model \cdot W)^{-0.5} at s = W, then a decay as
+    1/\sqrt{s} with no end (the paper: d_model 512, W = 4000, peak 7.0e-4)."""
+    if step < 1:
+        raise ValueError(f"steps are counted from 1 (the formula has s^-0.5), got step={step}")
+    return d_model ** -0.5 * min(step ** -0.5, step * warmup_steps ** -1.5)
+
+
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
     """Use learning rate `lr` for every parameter group from the next step on."""
     for group in optimizer.param_groups:
@@ -857,7 +869,7 @@ def train(
 
 __all__ = [
     "GetBatch", "LossFn", "StepHook", "CheckpointFile", "CHECKPOINT_KEYS", "OPTIONAL_CHECKPOINT_KEYS",
-    "pick_device", "set_seed", "TrainConfig", "lr_at", "set_lr", "configure_optimizer", "amp_dtype",
+    "pick_device", "set_seed", "TrainConfig", "lr_at", "paper_lr_at", "set_lr", "configure_optimizer", "amp_dtype",
     "autocast_context", "make_grad_scaler", "default_loss", "clip_gradients", "train_step", "estimate_loss",
     "adamw_step", "StepwiseAdamW", "weight_groups", "plain_train_step", "mean_loss", "LoopFunctions", "Batch",
     "save_checkpoint", "load_checkpoint", "new_history", "record_estimate", "train",
