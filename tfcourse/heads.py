@@ -65,7 +65,7 @@ def _catcher(record: dict):
 
 def _weights_of(attention: nn.Module, record: dict) -> Tensor:
     """(n_heads, T, T): softmax(q kᵀ / √d_head) under the causal mask, from the caught input."""
-    if getattr(attention, "n_kv_heads", getattr(attention, "n_heads", None)) != getattr(attention, "n_heads", None):
+    if getattr(attention, "n_kv_heads", attention.n_heads) != attention.n_heads:
         raise ValueError(f"{type(attention).__name__} groups its keys (GQA): self_attention_weights reads "
                          "plain multi-head attention only")
     x = record["x"]  # (1, T, d_model)

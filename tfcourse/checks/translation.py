@@ -560,23 +560,22 @@ PAPER_LR = Exercise("the paper's learning-rate schedule", ["tfcourse.training.lo
                     "paper_lr matches the paper's eq. 3 (tfcourse.training.loop.paper_lr_at) on {n} schedules")
 
 
-def _paper_schedule(d_model: int, warmup: int, steps: list[int], peak: float, exponent: float) -> Tensor:
-    """d_model^-0.5 min(s^-0.5, s W^exponent), or with another peak factor: the right one and its mistakes."""
-    return torch.tensor([peak * min(s ** -0.5, s * warmup ** exponent) for s in steps], dtype=torch.float64)
-
-
 def _paper_lr_case(d_model: int, warmup: int) -> Case:
     steps = sorted({1, 2, warmup // 2, warmup - 1, warmup, warmup + 1, 4 * warmup, 25 * warmup} - {0})
     scale = d_model ** -0.5
-    expected = _paper_schedule(d_model, warmup, steps, scale, -1.5)
+
+    def schedule(rate: Callable[[int], float]) -> Tensor:  # the rate at every step of the case
+        return torch.tensor([rate(s) for s in steps], dtype=torch.float64)
+
+    expected = schedule(lambda s: scale * min(s ** -0.5, s * warmup ** -1.5))
     mistakes = {
-        "the schedule without its d_model^-0.5 factor": _paper_schedule(d_model, warmup, steps, 1.0, -1.5),
+        "the schedule without its d_model^-0.5 factor": schedule(lambda s: min(s ** -0.5, s * warmup ** -1.5)),
         "s · W^-0.5 in the warm-up: it is s · W^-1.5, so that both terms meet at s = W":
-            _paper_schedule(d_model, warmup, steps, scale, -0.5),
-        "the larger of the two terms: the paper takes the min": torch.tensor(
-            [scale * max(s ** -0.5, s * warmup ** -1.5) for s in steps], dtype=torch.float64),
-        "the schedule one step late (step - 1 used, or steps counted from 0)": torch.tensor(
-            [scale * min(max(s - 1, 1e-12) ** -0.5, (s - 1) * warmup ** -1.5) for s in steps], dtype=torch.float64),
+            schedule(lambda s: scale * min(s ** -0.5, s * warmup ** -0.5)),
+        "the larger of the two terms: the paper takes the min":
+            schedule(lambda s: scale * max(s ** -0.5, s * warmup ** -1.5)),
+        "the schedule one step late (step - 1 used, or steps counted from 0)":
+            schedule(lambda s: scale * min(max(s - 1, 1e-12) ** -0.5, (s - 1) * warmup ** -1.5)),
     }
     what = f"paper_lr(step, d_model={d_model}, warmup_steps={warmup}) for step in {steps}"
 

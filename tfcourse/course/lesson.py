@@ -9,7 +9,7 @@ import warnings
 import torch
 
 from .. import __version__
-from .figures.maps import STAGES  # the pipeline's stages, as the lessons' maps draw them
+from .stages import STAGES
 from .plots import use_cjk_fallback_font
 
 

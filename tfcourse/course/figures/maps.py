@@ -3,18 +3,9 @@ builds highlighted (the course map of lesson 00 names the lesson that builds eac
 
 from __future__ import annotations
 
-from .svg import HIGHLIGHT, MUTED_INK, Drawing
+from ..stages import STAGES
+from .svg import HIGHLIGHT, INK, MUTED_INK, Drawing
 
-# The pipeline's stages, in order (lesson 00's map and every lesson's opening map draw them).
-STAGES = {
-    "tokens": "text → tokens → ids",
-    "embedding": "embedding × √d_model + positional encoding",
-    "attention": "attention",
-    "ffn": "feed-forward network",
-    "blocks": "N × block (residual + LayerNorm)",
-    "output": "linear + softmax → next token",
-    "training": "training",
-}
 
 # The stage each lesson builds (lesson 00 is the course map itself).
 LESSON_STAGES = {
@@ -70,8 +61,8 @@ def lesson_map(lesson: str) -> Drawing:
         x = LEFT + k * (BOX_W + GAP)
         here = key == stage
         drawing.box(x, TOP, BOX_W, BOX_H, LABELS[key], fill=FILL[key], bold=here, size=12.5,
-                    stroke=HIGHLIGHT if here else (MUTED_INK if stage else "#222222"),
-                    width=3 if here else 1.2, ink="#222222" if here or stage is None else "#555555")
+                    stroke=HIGHLIGHT if here else (MUTED_INK if stage else INK),
+                    width=3 if here else 1.2, ink=INK if here or stage is None else "#555555")
         if k:
             drawing.arrow(x - GAP + 3, TOP + BOX_H / 2, x - 2, TOP + BOX_H / 2)
         if stage is None:
