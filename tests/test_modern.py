@@ -16,7 +16,8 @@ from torch import nn
 from tfcourse.attention import KVCache, causal_mask, padding_mask
 from tfcourse.data import get_batch
 from tfcourse.ffn import PositionwiseFeedForward
-from tfcourse.models import GPT, GPTConfig, ablation_configs, count_parameters
+from tfcourse.models import GPT, GPTConfig, ablation_configs, ablation_ladder, count_parameters
+from tfcourse.modern import swiglu_hidden_size
 from tfcourse.modern import (GroupedQueryAttention, RMSNorm, SwiGLUFeedForward, apply_rope, cache_bytes,
                              grouped_query_attention, kv_cache_bytes, repeat_kv, rope_cos_sin, rope_rows_to_half,
                              rotary, rotate_half, swiglu_hidden_size)
@@ -407,6 +408,41 @@ def test_the_ablation_variants_differ_only_where_they_say():
     assert counts[1] - counts[0] == 2 * 48  # pre-LN's final LayerNorm (gain and bias)
     # SwiGLU at 2/3 width holds the ReLU FFN's matrices; the modern variant drops the biases and LayerNorm's shift.
     assert 0 < counts[0] - counts[2] < 0.02 * counts[0]
+
+
+def _resolved(config: GPTConfig) -> dict:
+    """The config's fields with d_ff as the model builds it (None means 4 * d_model, or 2/3 of it for SwiGLU)."""
+    fields = dataclasses.asdict(config)
+    fields["d_ff"] = GPT(config).blocks.layers[0].ffn.d_ff
+    return fields
+
+
+def test_every_rung_of_the_ladder_changes_one_idea_of_its_parent():
+    ladder = ablation_ladder(65, max_len=32, d_model=48, n_heads=4, n_layers=2)
+    assert list(ladder) == ["post-LN (2017)", "pre-LN", "+ RMSNorm", "+ SwiGLU", "+ RoPE", "+ no biases",
+                            "NoPE (from + RoPE)"]
+    expected = {"pre-LN": {"norm_first"}, "+ RMSNorm": {"norm", "norm_eps"}, "+ SwiGLU": {"activation", "d_ff"},
+                "+ RoPE": {"positional"}, "+ no biases": {"bias"}, "NoPE (from + RoPE)": {"positional"}}
+    first = ladder["post-LN (2017)"]
+    assert first.parent is None and first.config == GPTConfig.transformer_2017(65, max_len=32, d_model=48,
+                                                                                 n_heads=4, n_layers=2)
+    for name, rung in list(ladder.items())[1:]:
+        parent, child = _resolved(ladder[rung.parent].config), _resolved(rung.config)
+        assert {k for k in child if child[k] != parent[k]} == expected[name], name
+        assert set(rung.change) == expected[name], name  # the rung says what it changes
+    assert ladder["NoPE (from + RoPE)"].parent == "+ RoPE"
+    assert ladder["+ SwiGLU"].config.positional == "sinusoidal" and ladder["NoPE (from + RoPE)"].config.positional == "none"
+    # SwiGLU's width is part of its idea: 2/3 of the ReLU FFN's 4 * d_model, so the parameters stay (within 2 %).
+    assert _resolved(ladder["+ SwiGLU"].config)["d_ff"] == swiglu_hidden_size(48) == 128
+    assert _resolved(ladder["+ RMSNorm"].config)["d_ff"] == 4 * 48
+    counts = {name: count_parameters(GPT(rung.config)) for name, rung in ladder.items()}
+    assert abs(counts["+ SwiGLU"] - counts["+ RMSNorm"]) < 0.02 * counts["+ RMSNorm"]
+    assert counts["+ RoPE"] == counts["+ SwiGLU"] == counts["NoPE (from + RoPE)"]  # no position has parameters here
+    # All rungs keep the paper's scaled embeddings: the ladder's end is LLaMA's block but for that one field.
+    last = dataclasses.asdict(ladder["+ no biases"].config)
+    llama = dataclasses.asdict(GPTConfig.llama(65, max_len=32, d_model=48, n_heads=4, n_layers=2,
+                                               d_ff=swiglu_hidden_size(48)))
+    assert {k for k in last if last[k] != llama[k]} == {"scale_embedding"}
 
 
 @pytest.mark.parametrize("name", ["2017: post-LN, ReLU, sinusoidal", "pre-LN", "pre-LN + RMSNorm + SwiGLU + RoPE"])

@@ -21,7 +21,9 @@ from tfcourse.training.loop import (
     configure_optimizer,
     default_loss,
     estimate_loss,
+    inverse_sqrt_lr_at,
     lr_at,
+    paper_lr_at,
     CHECKPOINT_KEYS,
     load_checkpoint,
     make_grad_scaler,
@@ -121,6 +123,29 @@ def test_lr_without_warmup_starts_at_peak():
     config = TrainConfig(max_steps=10, warmup_steps=0, lr=1e-3, min_lr=0.0)
     assert lr_at(0, config) == pytest.approx(1e-3)
     assert lr_at(10, config) == 0.0
+
+
+def test_inverse_sqrt_is_the_papers_schedule_with_its_peak_as_lr():
+    d_model, warmup = 512, 4000
+    config = TrainConfig(max_steps=100_000, warmup_steps=warmup, lr=(d_model * warmup) ** -0.5, schedule="inverse_sqrt")
+    for step in (1, 7, 1000, 3999, 4000, 4001, 16_000, 99_999, 250_000):  # no end: it keeps decaying past max_steps
+        assert inverse_sqrt_lr_at(step, config) == pytest.approx(paper_lr_at(step, d_model, warmup), rel=1e-12)
+    assert inverse_sqrt_lr_at(16_000, config) == pytest.approx(config.lr / 2)  # sqrt(4000 / 16000)
+
+
+def test_the_schedule_is_chosen_by_name_and_checked():
+    with pytest.raises(ValueError, match="schedule must be one of .*'cosine'.*'inverse_sqrt'.*got 'linear'"):
+        TrainConfig(schedule="linear")
+    with pytest.raises(ValueError, match="'inverse_sqrt' needs warmup_steps >= 1"):
+        TrainConfig(schedule="inverse_sqrt", warmup_steps=0)
+
+
+def test_train_follows_the_configured_schedule():
+    config = TrainConfig(max_steps=12, warmup_steps=4, lr=1e-2, min_lr=1e-3, eval_interval=12, eval_steps=1,
+                         device="cpu", progress=False, schedule="inverse_sqrt")
+    history = train(make_model(), get_batch, config)
+    assert history["lr"] == pytest.approx([inverse_sqrt_lr_at(step, config) for step in range(1, 13)])
+    assert history["lr"][-1] == pytest.approx(1e-2 * math.sqrt(4 / 12))  # not min_lr: it has no end date
 
 
 # --------------------------------------------------------------------------- optimizer

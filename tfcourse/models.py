@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +27,7 @@ from .blocks import Decoder, DecoderLayerCache, Encoder, EncoderLayer, LayerNorm
 from .config_fields import check_choices
 from .embedding import InputEmbedding, LearnedPositionalEmbedding, TokenEmbedding
 from .ffn import PositionwiseFeedForward
-from .modern import ROPE_LAYOUTS, GroupedQueryAttention, RMSNorm, SwiGLUFeedForward
+from .modern import ROPE_LAYOUTS, GroupedQueryAttention, RMSNorm, SwiGLUFeedForward, swiglu_hidden_size
 from .validation import expect_divisible, expect_tensor
 
 
@@ -342,12 +343,47 @@ _RUNG = dict(dropout=0.0, tie_weights=True, fused_attention=True)
 
 
 def ablation_configs(vocab_size: int, **shape: Any) -> dict[str, GPTConfig]:
-    """Lesson 11's three rungs, the same shape (d_model, layers, heads, context) for each."""
+    """Three named configs, the same shape (d_model, layers, heads, context) for each: the paper's block,
+    pre-LN, and LLaMA's block. Lesson 11's ladder (`ablation_ladder`) goes between them one idea at a time."""
     return {
         "2017: post-LN, ReLU, sinusoidal": GPTConfig.transformer_2017(vocab_size, **shape),
         "pre-LN": GPTConfig.pre_ln(vocab_size, **shape),
         "pre-LN + RMSNorm + SwiGLU + RoPE": GPTConfig.llama(vocab_size, **shape),
     }
+
+
+@dataclass(frozen=True)
+class Rung:
+    """One rung of the ablation ladder: its parent's config with one idea changed."""
+
+    name: str
+    parent: str | None  # the rung it changes; None for the first
+    idea: str  # the one idea, in words
+    change: dict[str, Any]  # the config fields that idea sets (SwiGLU's d_ff belongs to it)
+    config: GPTConfig
+
+
+def ablation_ladder(vocab_size: int, **shape: Any) -> dict[str, Rung]:
+    """Lesson 11's ladder from the paper's block (as a decoder) towards LLaMA's, one idea per rung:
+    pre-LN, RMSNorm, SwiGLU at the ReLU FFN's parameter count, RoPE, no biases; and NoPE (no positions at
+    all) as a branch from the RoPE rung. Every rung has the same shape; the token vectors stay scaled by
+    sqrt(d_model) all the way (the paper's choice; GPTConfig.llama drops it)."""
+    d_model = GPTConfig.transformer_2017(vocab_size, **shape).d_model
+    steps = [  # (name, parent, idea, the fields it sets)
+        ("post-LN (2017)", None, "the paper's block", {}),
+        ("pre-LN", "post-LN (2017)", "the norm before each sub-layer, one final norm", dict(norm_first=True)),
+        ("+ RMSNorm", "pre-LN", "RMSNorm in place of LayerNorm", dict(norm="rms", norm_eps=1e-6)),
+        ("+ SwiGLU", "+ RMSNorm", "a gated FFN, 2/3 as wide: the same parameters",
+         dict(activation="swiglu", d_ff=swiglu_hidden_size(d_model))),
+        ("+ RoPE", "+ SwiGLU", "positions rotate q and k instead of being added", dict(positional="rope")),
+        ("+ no biases", "+ RoPE", "no biases in the attention projections", dict(bias=False)),
+        ("NoPE (from + RoPE)", "+ RoPE", "no positional information at all", dict(positional="none")),
+    ]
+    ladder: dict[str, Rung] = {}
+    for name, parent, idea, change in steps:
+        base = ladder[parent].config if parent else GPTConfig.transformer_2017(vocab_size, **shape)
+        ladder[name] = Rung(name, parent, idea, change, dataclasses.replace(base, **change))
+    return ladder
 
 
 def norm_class(config: GPTConfig) -> Callable[[int], nn.Module]:
@@ -539,7 +575,7 @@ def count_parameters(model: nn.Module) -> int:
 
 __all__ = [
     "TransformerConfig", "Transformer", "GPTConfig", "GPT", "EncoderOnlyConfig", "EncoderOnly",
-    "ablation_configs", "norm_class", "feed_forward", "attention_class", "decoder_only_blocks",
+    "ablation_configs", "Rung", "ablation_ladder", "norm_class", "feed_forward", "attention_class", "decoder_only_blocks",
     "RESIDUAL_PROJECTIONS", "count_parameters", "trace_shapes", "layer_options", "init_transformer_weights",
     "init_gpt_weights", "init_bert_weights",
 ]

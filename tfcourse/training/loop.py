@@ -127,6 +127,8 @@ class TrainConfig:
     progress: bool = True  # show a progress bar; False keeps the output silent
     log_interval: int = 10  # steps between reading the losses back (each read makes the CPU wait for a GPU)
     best_checkpoint_path: str | None = None  # where to keep the weights of the best val loss; None: nowhere
+    schedule: str = "cosine"  # "cosine": warm-up, then half a cosine to min_lr (lr_at); "inverse_sqrt": the paper's
+    #                          eq. 3 shape, warm-up, then lr * sqrt(warmup_steps / step) with no end (min_lr unused)
 
     def __post_init__(self) -> None:
         problems = []
@@ -155,6 +157,11 @@ class TrainConfig:
             problems.append(f"eval_steps must be at least 1, got {self.eval_steps}")
         if self.log_interval < 1:
             problems.append(f"log_interval must be at least 1, got {self.log_interval}")
+        if self.schedule not in SCHEDULES:
+            problems.append(f"schedule must be one of {sorted(SCHEDULES)}, got {self.schedule!r}")
+        elif self.schedule == "inverse_sqrt" and self.warmup_steps < 1:
+            problems.append("schedule 'inverse_sqrt' needs warmup_steps >= 1: its decay sqrt(warmup_steps / step) "
+                            "starts where the warm-up ends")
         if self.checkpoint_interval is not None:
             if self.checkpoint_interval < 1:
                 problems.append(
@@ -206,6 +213,25 @@ def paper_lr_at(step: int, d_model: int, warmup_steps: int) -> float:
     if step < 1:
         raise ValueError(f"steps are counted from 1 (the formula has s^-0.5), got step={step}")
     return d_model ** -0.5 * min(step ** -0.5, step * warmup_steps ** -1.5)
+
+
+def inverse_sqrt_lr_at(step: int, config: TrainConfig) -> float:
+    r"""The paper's schedule (eq. 3) with its peak given as config.lr: a linear climb over W = warmup_steps
+    steps, then a decay as 1/\sqrt{s}:
+
+        \eta(s) = \eta_max \cdot \min(s / W, \sqrt{W / s})
+
+    With \eta_max = (d_model \cdot W)^{-0.5} this is paper_lr_at(s, d_model, W) exactly."""
+    return config.lr * min(step / config.warmup_steps, math.sqrt(config.warmup_steps / step))
+
+
+# TrainConfig.schedule -> the function train() takes its learning rate from, step by step.
+SCHEDULES = {"cosine": lr_at, "inverse_sqrt": inverse_sqrt_lr_at}
+
+
+def scheduled_lr(step: int, config: TrainConfig) -> float:
+    """The learning rate of step `step` under config.schedule."""
+    return SCHEDULES[config.schedule](step, config)
 
 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
@@ -781,7 +807,7 @@ def train(
     model.train()
     optimizer = functions.make_optimizer(model, config) if functions else configure_optimizer(model, config)
     scaler = make_grad_scaler(device, config.amp and functions is None)
-    schedule = functions.lr_at if functions else lr_at
+    schedule = functions.lr_at if functions else scheduled_lr
     generator = torch.Generator().manual_seed(config.seed)  # the order of training batches
     # Optimizer and checkpoints use `model`; compute runs through the (maybe) compiled one.
     model_to_run = _CompiledOrEager(model) if config.compile else model
@@ -869,7 +895,8 @@ def train(
 
 __all__ = [
     "GetBatch", "LossFn", "StepHook", "CheckpointFile", "CHECKPOINT_KEYS", "OPTIONAL_CHECKPOINT_KEYS",
-    "pick_device", "set_seed", "TrainConfig", "lr_at", "paper_lr_at", "set_lr", "configure_optimizer", "amp_dtype",
+    "pick_device", "set_seed", "TrainConfig", "lr_at", "paper_lr_at", "inverse_sqrt_lr_at", "SCHEDULES",
+    "scheduled_lr", "set_lr", "configure_optimizer", "amp_dtype",
     "autocast_context", "make_grad_scaler", "default_loss", "clip_gradients", "train_step", "estimate_loss",
     "adamw_step", "StepwiseAdamW", "weight_groups", "plain_train_step", "mean_loss", "LoopFunctions", "Batch",
     "save_checkpoint", "load_checkpoint", "new_history", "record_estimate", "train",

@@ -212,6 +212,7 @@ class TranslationRecipe:
     max_steps: int = 1500  # optimizer steps
     lr: float = 2e-3  # small model, large learning rate
     warmup_steps: int = 100  # post-LN needs a gentle start
+    schedule: str = "cosine"  # TrainConfig.schedule: "cosine", or "inverse_sqrt" (the paper's eq. 3, peak lr)
     seed: int = 0  # data, initialisation and batch order
 
     @classmethod
@@ -240,7 +241,7 @@ def train_translator(recipe: TranslationRecipe, device: str | None = "cpu", prog
                                max_len=64, pad_id=source_vocab.pad_id)
     model = build_model(config)
     train_config = TrainConfig(max_steps=recipe.max_steps, lr=recipe.lr, min_lr=recipe.lr / 10,
-                               warmup_steps=recipe.warmup_steps, weight_decay=0.01,
+                               warmup_steps=recipe.warmup_steps, schedule=recipe.schedule, weight_decay=0.01,
                                eval_interval=max(recipe.max_steps // 5, 1), eval_steps=5,
                                seed=recipe.seed, device=device, progress=progress,
                                amp=False)  # fp32 everywhere: a d_model-64 model gains nothing from bf16,
