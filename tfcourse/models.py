@@ -12,10 +12,10 @@ tgt ids -> InputEmbedding -> Decoder(H) -> Linear -> logits (softmax gives next-
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Callable
-import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
