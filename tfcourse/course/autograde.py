@@ -15,6 +15,8 @@
   which browsers draw themselves, instead of LaTeX that waits for MathJax from a CDN.
 - `NoComments` (for `tfcourse grade` only): no "Comments: No response." boxes in a self-graded
   report, where no instructor will write a comment.
+- `MarkDemonstrations`, `SkipDemonstrations`, `RestoreDemonstrations` (tfcourse.course.demos): the
+  lesson's unchanged demonstrations that no graded cell needs are not run when grading.
 - `KeepCheckedOutputs` (for `nbgrader generate_assignment`): the student version keeps the saved
   output of the worked-example cells (tagged `nbval-check-output`), so a learner sees the expected
   result before running; every other output is cleared as nbgrader does.
@@ -30,6 +32,7 @@ from typing import Any
 from nbformat.v4 import new_markdown_cell
 from nbgrader.preprocessors import NbGraderPreprocessor
 
+from .demos import MarkDemonstrations, RestoreDemonstrations, SkipDemonstrations
 from .mathml import markdown_with_mathml
 
 # Roots whose attributes a learner's cell must not assign to: the package the checks come from,
@@ -277,16 +280,19 @@ def generate_preprocessors() -> list[type]:
     steps = [KeepCheckedOutputs if step is ClearOutput else step
              for step in GenerateAssignment.class_traits()["preprocessors"].default()]
     position = steps.index(ClearSolutions) + 1
-    return [*steps[:position], PlantBugs, *steps[position:]]
+    return [*steps[:position], PlantBugs, MarkDemonstrations, *steps[position:]]
 
 
 def autograde_preprocessors() -> list[type]:
-    """nbgrader's own autograde steps, with StderrIsNotAnError and IntegrityReport just before
-    SaveAutoGrades (which computes the scores)."""
+    """nbgrader's own autograde steps: Execute between SkipDemonstrations and RestoreDemonstrations (the
+    lesson's unchanged demonstrations that no graded cell needs are not run), and StderrIsNotAnError and
+    IntegrityReport just before SaveAutoGrades (which computes the scores)."""
     from nbgrader.converters import Autograde
-    from nbgrader.preprocessors import SaveAutoGrades
+    from nbgrader.preprocessors import Execute, SaveAutoGrades
 
     steps = list(Autograde.class_traits()["autograde_preprocessors"].default())
+    run = steps.index(Execute)
+    steps[run:run + 1] = [SkipDemonstrations, Execute, RestoreDemonstrations]
     position = steps.index(SaveAutoGrades)
     return [*steps[:position], StderrIsNotAnError, IntegrityReport, *steps[position:]]
 

@@ -21,6 +21,10 @@ from pathlib import Path
 
 from .. import manifest
 
+# The output of a demonstration that grading left out (tfcourse.course.demos.SkipDemonstrations).
+NOT_RUN = ("[not run when grading: a demonstration of the lesson, unchanged, whose names no graded cell "
+           "uses; run the notebook to see its output]\n")
+
 
 @dataclass
 class ExerciseGrade:
@@ -45,6 +49,7 @@ class LessonGrade:
     integrity: list[str] = field(default_factory=list)  # the integrity report's findings (cell, line, what)
     elsewhere: list[str] = field(default_factory=list)  # errors in cells that are not exercises ("cell 12: ...")
     depending: list[str] = field(default_factory=list)  # cells that failed for an exercise not yet passing
+    not_run: int = 0  # demonstrations left out of the graded copy: no graded cell needs them (course/demos.py)
     student: str = ""  # whose submission, in a class (autograde); "" for your own (grade)
     seconds: float | None = None  # how long grading it took, where that was timed
 
@@ -79,6 +84,8 @@ def record_scores(result: LessonGrade, scores: dict[str, tuple[float, float]], t
         elsewhere, depending = errors_elsewhere(notebook, not_passing, result.lesson)
         result.elsewhere += elsewhere
         result.depending += depending
+        result.not_run += sum(any(NOT_RUN in "".join(o.get("text", "")) for o in cell.get("outputs", []))
+                              for cell in _cells(notebook) if cell.get("cell_type") == "code")
     result.exercises = _exercises(scores, titles, messages)
     return result
 
@@ -197,6 +204,9 @@ def detail_lines(result: LessonGrade) -> list[str]:
     if result.depending:
         lines.append(f"  {len(result.depending)} later cell(s) use an exercise that does not pass yet and could not "
                      f"run (they will once it does): {result.depending[0]}")
+    if result.not_run:
+        lines.append(f"  {result.not_run} demonstration cell(s) were not run: no graded cell needs them "
+                     "(run the notebook to see them)")
     if result.elsewhere:
         lines.append(f"  outside the exercises, {len(result.elsewhere)} cell(s) failed in the graded copy "
                      f"(see the feedback report): {result.elsewhere[0]}")
