@@ -23,6 +23,7 @@ PARTS_TRACE = Path(os.environ.setdefault("TFCOURSE_TRACE_PARTS", _TRACE_MADE_HER
 # Figures the tests record (as user properties, so they also reach the main process under
 # pytest-xdist), printed at the end of the session.
 NOTEBOOK_SECONDS: dict[str, float] = defaultdict(float)
+TEST_SECONDS: list[float] = [0.0]  # every test's setup, call and teardown, summed over the workers
 CATALOGUE: list[tuple[str, str, str]] = []
 
 
@@ -44,14 +45,40 @@ def _is_notebook(item: pytest.Item) -> bool:
     return str(item.fspath).endswith(".ipynb")
 
 
+# Files whose tests are long and independent of each other: under pytest-xdist (`--dist loadgroup`) each
+# of their tests may go to any worker. Every other file keeps its tests on one worker: a notebook's cells
+# share one kernel, and a module's tests may share its fixtures.
+SPREAD = ("tests/test_grading", "tests/test_instructor.py")
+# About how long the longest tests take on a 2-CPU machine (seconds; `make test` prints the slowest 20).
+# They start first, longest first, so that no worker is left alone with one at the end. A guess that is
+# wrong costs time, never a result.
+LONGEST = {
+    "tests/test_jupyterhub.py": 105, "tests/test_instructor.py::test_one_machine": 100,
+    "tests/test_grading_ffn.py": 95, "tests/test_parallel_autograde.py": 93,
+    "tests/test_instructor.py::test_generate_collect": 62, "tests/test_grading.py::": 45, "tests/test_bench.py": 55,
+    "tests/test_grading_modern.py": 53, "tests/test_bug_costs.py": 48, "tests/test_instructor.py::": 41,
+    "solutions/08_training": 50, "solutions/09_translation": 50, "tests/test_translation.py": 30,
+    "tests/test_grading_later.py": 30, "tests/test_grading_pretrained.py": 30,
+}
+
+
+def _group(item: pytest.Item) -> str:
+    path = item.nodeid.split("::")[0]
+    return item.nodeid if path.startswith(SPREAD) else path
+
+
+def _expected_seconds(group: str) -> float:
+    return max((seconds for prefix, seconds in LONGEST.items() if group.startswith(prefix)), default=0.0)
+
+
 def pytest_collection_modifyitems(config, items):
-    """Solution notebooks' cells are slow tests. Slow items go first, so that no worker is left
-    with a long one at the end. (Under pytest-xdist, `--dist loadfile` keeps a notebook's cells on
-    one worker, in order: they share one kernel.)"""
+    """Solution notebooks' cells are slow tests. Slow items go first, the longest groups of them first, so
+    that no worker is left with a long one at the end; each item is marked with its xdist group."""
     for item in items:
         if _is_notebook(item):
             item.add_marker(pytest.mark.slow)
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # (a stable sort)
+        item.add_marker(pytest.mark.xdist_group(_group(item)))
+    items.sort(key=lambda item: (item.get_closest_marker("slow") is None, -_expected_seconds(_group(item))))
 
 
 def _parts_trace(item: pytest.Item) -> Path:
@@ -94,6 +121,7 @@ def pytest_sessionfinish(session):
 
 def pytest_runtest_logreport(report):
     """Collect the figures: each notebook's run time (its cells under nbval), the catalogue rows."""
+    TEST_SECONDS[0] += report.duration
     if report.nodeid.split("::")[0].endswith(".ipynb"):
         NOTEBOOK_SECONDS[report.nodeid.split("::")[0].split("/")[-2]] += report.duration
     for name, value in report.user_properties:
@@ -102,6 +130,7 @@ def pytest_runtest_logreport(report):
 
 
 def pytest_terminal_summary(terminalreporter):
+    terminalreporter.write_line(f"test time summed over the workers: {TEST_SECONDS[0]:.0f} s")
     if NOTEBOOK_SECONDS:
         terminalreporter.section("solution notebooks (nbval, fast mode)")
         for lesson, seconds in sorted(NOTEBOOK_SECONDS.items()):

@@ -1,5 +1,5 @@
 """The FFN lesson's long list of submissions (tests/test_grading.py holds the catalogue): a file of
-its own, so that under `--dist loadfile` another worker grades it while the other lessons are graded."""
+its own (each group of it may go to any worker: conftest.SPREAD)."""
 
 import pytest
 

@@ -1,5 +1,5 @@
 """Lessons 07–10's submissions (tests/test_grading.py holds the catalogue): a file of their own, so
-that under `--dist loadfile` another worker grades them while the earlier lessons are graded."""
+that each may go to another worker (conftest.SPREAD) while the earlier lessons are graded."""
 
 import pytest
 
