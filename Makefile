@@ -42,7 +42,7 @@ lab: $(STAMP)  ## set up, then open the course in JupyterLab
 # (Not xdist's `auto`: it counts physical cores, and a machine whose two CPUs are one core's two
 # hardware threads would get a single worker and take twice as long.)
 TEST_JOBS ?= $(shell $(PYTHON) -c "import os; n = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count(); print(min(4, (n or 1) + 1))")
-XDIST := -n $(TEST_JOBS) --maxprocesses=4 --dist loadgroup
+XDIST := -n $(TEST_JOBS) --maxprocesses=4 --dist loadfile
 
 test: $(STAMP)  ## set up, then run the whole test suite (solution notebooks under nbval included)
 	$(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS)

@@ -14,6 +14,10 @@ import torch
 # fast mode: their kernels inherit this environment.
 os.environ.setdefault("TFCOURSE_FAST", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
+# Under pytest-xdist there are more workers than CPUs (the Makefile's TEST_JOBS): a worker's own torch
+# work runs on one thread, so the workers do not fight over the CPUs (the models in the tests are tiny).
+if "PYTEST_XDIST_WORKER" in os.environ:
+    torch.set_num_threads(1)
 # ...and note which of "your parts" each lesson shows in its tables and which its code uses (see
 # tfcourse.course.assemble.TRACE): when a notebook's last cell has run, the two must be the same.
 # (A process that finds the variable set uses that folder and leaves it to its maker to remove.)
@@ -45,9 +49,9 @@ def _is_notebook(item: pytest.Item) -> bool:
     return str(item.fspath).endswith(".ipynb")
 
 
-# Files whose tests are long and independent of each other: under pytest-xdist (`--dist loadgroup`) each
-# of their tests may go to any worker. Every other file keeps its tests on one worker: a notebook's cells
-# share one kernel, and a module's tests may share its fixtures.
+# Files whose tests are long and independent of each other: under pytest-xdist's `--dist loadfile` each of
+# their tests may go to any worker (CourseScheduling). Every other file keeps its tests on one worker: a
+# notebook's cells share one kernel, and a module's tests may share its fixtures.
 SPREAD = ("tests/test_grading", "tests/test_instructor.py")
 # About how long the longest tests take on a 2-CPU machine (seconds; `make test` prints the slowest 20).
 # They start first, longest first, so that no worker is left alone with one at the end. A guess that is
@@ -62,23 +66,37 @@ LONGEST = {
 }
 
 
-def _group(item: pytest.Item) -> str:
-    path = item.nodeid.split("::")[0]
-    return item.nodeid if path.startswith(SPREAD) else path
+def work_unit(nodeid: str) -> str:
+    """The tests one worker runs together: a test of a SPREAD file alone, any other test with its file."""
+    path = nodeid.split("::")[0]
+    return nodeid if path.startswith(SPREAD) else path
 
 
-def _expected_seconds(group: str) -> float:
-    return max((seconds for prefix, seconds in LONGEST.items() if group.startswith(prefix)), default=0.0)
+def _expected_seconds(nodeid: str) -> float:
+    unit = work_unit(nodeid)
+    return max((seconds for prefix, seconds in LONGEST.items() if unit.startswith(prefix)), default=0.0)
 
 
 def pytest_collection_modifyitems(config, items):
-    """Solution notebooks' cells are slow tests. Slow items go first, the longest groups of them first, so
-    that no worker is left with a long one at the end; each item is marked with its xdist group."""
+    """Solution notebooks' cells are slow tests. Slow items go first, the longest work units of them first,
+    so that no worker is left with a long one at the end (xdist hands out the units in this order)."""
     for item in items:
         if _is_notebook(item):
             item.add_marker(pytest.mark.slow)
-        item.add_marker(pytest.mark.xdist_group(_group(item)))
-    items.sort(key=lambda item: (item.get_closest_marker("slow") is None, -_expected_seconds(_group(item))))
+    items.sort(key=lambda item: (item.get_closest_marker("slow") is None, -_expected_seconds(item.nodeid)))
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadfile`, with the tests of the SPREAD files handed out one by one (work_unit)."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class CourseScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    return CourseScheduling(config, log)
 
 
 def _parts_trace(item: pytest.Item) -> Path:

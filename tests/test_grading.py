@@ -452,7 +452,7 @@ def _groups(lessons) -> list:
 
 
 # Lessons 07–10 are graded from a file of their own (tests/test_grading_later.py), so that under
-# `--dist loadgroup` several workers share this catalogue (conftest.SPREAD).
+# `--dist loadfile` several workers share this catalogue (each test may go to any worker: conftest.SPREAD).
 LATER_LESSONS = {"07_decoding", "08_training", "09_translation", "10_rnn_vs_transformer"}
 
 
