@@ -21,12 +21,12 @@ import nbformat
 import pytest
 
 from tfcourse import manifest
+from tfcourse.course.grade import SOLUTION_REGION as SOLUTION
 
 ROOT = Path(__file__).resolve().parents[1]
 DETAILS = re.compile(r"<details>(.*?)</details>", re.S)
 CODE = re.compile(r"```[a-z]*\n(.*?)```|`([^`\n]+)`", re.S)
 TOKEN = re.compile(r"[A-Za-z_]\w*|\d+(?:\.\d+)?(?:e-?\d+)?|\*\*|//|[-+*/@%<>=!]=?|\S")
-SOLUTION = re.compile(r"^([ \t]*)### BEGIN SOLUTION[ \t]*\n(.*?)^[ \t]*### END SOLUTION[ \t]*$", re.S | re.M)
 # Names that mean the same thing in every answer: modules, builtins, keywords and constants.
 KNOWN = {"torch", "nn", "F", "math", "np", "Tensor", "self", *dir(builtins),
          "if", "else", "for", "in", "return", "and", "or", "not", "is", "lambda", "while", "def", "class", "with",

@@ -2,14 +2,16 @@
 
 A lesson is mostly demonstrations — plots, worked examples, training runs — between its exercises. A
 grade depends only on the graded cells (the learner's answers and the test cells) and on the cells
-whose names they use (the imports, the setup, a helper the learner wrote). Two nbgrader plug-ins:
+whose names they use (the imports, the setup, a helper the learner wrote). Three nbgrader plug-ins:
 
 - `MarkDemonstrations` (for `nbgrader generate_assignment`) stamps each plain code cell of the student
   version — not an answer, not a test, not locked — with a hash of its source, in its metadata.
 - `SkipDemonstrations` (for `nbgrader autograde`, just before Execute) leaves out the cells after the
-  first exercise that still carry the source their stamp names (a prediction's value excepted: `GUESS =
-  None` may hold a guess) and that bind no name another cell that runs reads. A cell the learner wrote or changed always runs,
-  and so does every cell it needs. A skipped cell's output says that it was not run, and why.
+  first exercise that still hold the source their stamp names (a guess written in place of a
+  prediction's `None` aside) and that bind no name read by a cell that runs. A cell the learner wrote
+  or changed always runs, and so does every cell it needs.
+- `RestoreDemonstrations` (just after Execute) puts the skipped cells back, their output a note that
+  they were not run and why.
 
 Grades stay as they were (the catalogue of submissions in the test suite asserts every score); a
 submission grades in the time its exercises take, not in the time of the lesson's training runs.

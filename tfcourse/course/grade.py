@@ -273,7 +273,8 @@ def find_notebook(folder: Path, lesson: str) -> Path | None:
     return others[0] if len(others) == 1 else None
 
 
-SOLUTION_REGION = re.compile(r"^([ \t]*)### BEGIN SOLUTION[ \t]*\n.*?^[ \t]*### END SOLUTION[ \t]*$", re.S | re.M)
+# An answer's solution region: (its indentation, its body).
+SOLUTION_REGION = re.compile(r"^([ \t]*)### BEGIN SOLUTION[ \t]*\n(.*?)^[ \t]*### END SOLUTION[ \t]*$", re.S | re.M)
 STUB = "# YOUR CODE HERE\nraise NotImplementedError()"  # nbgrader_config.py's ClearSolutions.code_stub
 
 
@@ -321,6 +322,14 @@ def _started_only(todo: list[tuple[str, Path | None]], solutions: Path) -> list[
     return started
 
 
+def _language_of(notebook: Path | None) -> str:
+    """The edition a notebook is from (its metadata says, as tools/edition.py writes it): "en" or "zh"."""
+    try:
+        return json.loads(notebook.read_text(encoding="utf-8"))["metadata"]["tfcourse"]["language"]
+    except (AttributeError, OSError, ValueError, KeyError, TypeError):
+        return "en"
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
@@ -331,11 +340,17 @@ def main(argv: list[str] | None = None) -> int:
                         help="notebooks to grade (default: the lessons in notebooks/ you have started)")
     parser.add_argument("--all", action="store_true", help="grade every lesson in notebooks/, started or not")
     parser.add_argument("--course", type=Path, default=Path("."), help="the course folder (default: .)")
+    parser.add_argument("--edition", choices=["en", "zh"], default=None,
+                        help="the edition of the lessons in notebooks/ to grade: zh grades zh/notebooks against "
+                             "zh/solutions (default: en; a notebook named on the command line says its own)")
     parser.add_argument("--report-dir", type=Path, default=Path("grades"),
                         help="where HTML feedback reports go (default: grades/)")
     parser.add_argument("--timeout", type=int, default=None, help="seconds allowed per cell (default: nbgrader_config.py)")
     args = parser.parse_args(argv)
-    solutions, config = args.course / "solutions", args.course / "nbgrader_config.py"
+    # Both editions grade by the course's one configuration; the Chinese lessons' source is zh/solutions.
+    config = args.course / "nbgrader_config.py"
+    edition = args.course / "zh" if args.edition == "zh" else args.course
+    solutions = edition / "solutions"
     try:
         lessons = graded_lessons(solutions)
         if not lessons or not config.exists():
@@ -343,12 +358,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.notebooks:
             todo = [(lesson_of(p, lessons), p) for p in args.notebooks]
         else:
-            todo = [(lesson, find_notebook(args.course / "notebooks" / lesson, lesson)) for lesson in lessons]
+            todo = [(lesson, find_notebook(edition / "notebooks" / lesson, lesson)) for lesson in lessons]
             if not args.all:
                 todo = _started_only(todo, solutions)
         results = []
         for lesson, notebook in tqdm(todo, desc="grading", unit="lesson"):
-            results.append(grade_lesson(lesson, notebook, solutions, args.report_dir, config, args.timeout))
+            source = args.course / "zh" / "solutions" if _language_of(notebook) == "zh" else args.course / "solutions"
+            results.append(grade_lesson(lesson, notebook, source, args.report_dir, config, args.timeout))
     except GradingError as error:
         print(f"tfcourse grade: {error}", file=sys.stderr)
         return 2

@@ -22,8 +22,7 @@ from pathlib import Path
 from .. import manifest
 
 # The output of a demonstration that grading left out (tfcourse.course.demos.SkipDemonstrations).
-NOT_RUN = ("[not run when grading: a demonstration of the lesson, unchanged, whose names no graded cell "
-           "uses; run the notebook to see its output]\n")
+NOT_RUN = "[not run when grading: no graded cell needs it; run the notebook to see its output]\n"
 
 
 @dataclass

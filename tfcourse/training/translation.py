@@ -148,14 +148,17 @@ def translate_sentences(model: Transformer, sentences: Sequence[str], source_voc
     device = next(model.parameters()).device
     src = pad([source_vocab.encode(words(s)) for s in sentences], source_vocab.pad_id).to(device)  # (N, S)
     bos, eos = target_vocab.bos_id, target_vocab.eos_id
-    rows = [row[row != source_vocab.pad_id] for row in src]  # (S_i,) each: one sentence, unpadded
+
+    def rows() -> list[Tensor]:  # (S_i,) each: one sentence, unpadded (for decoding one at a time)
+        return [row[row != source_vocab.pad_id] for row in src]
+
     if decode is not None:
         with torch.no_grad():
-            outputs = [decode(model, row, bos, eos, max_new_tokens) for row in rows]
+            outputs = [decode(model, row, bos, eos, max_new_tokens) for row in rows()]
     elif beam_size == 1:
-        outputs = list(translate(model, src, bos, eos, max_new_tokens))
+        outputs = list(translate(model, src, bos, eos, max_new_tokens))  # the whole padded batch at once
     else:
-        outputs = [translate_beam(model, row, bos, eos, max_new_tokens, beam_size) for row in rows]
+        outputs = [translate_beam(model, row, bos, eos, max_new_tokens, beam_size) for row in rows()]
     results = []
     for ids in outputs:
         ids = ids.tolist()[1:]  # drop <bos>
