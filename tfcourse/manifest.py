@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 MANIFEST = Path(__file__).with_name("manifest.json")
-EXERCISE_HEADING = re.compile(r"^#+\s*Exercise\s+(\d+)\b(.*)$")
+EXERCISE_HEADING = re.compile(r"^#+\s*(?:Exercise|练习)\s*(\d+)\b(.*)$")  # the English heading, or the Chinese edition's
 CHECK_CALL = re.compile(r"from tfcourse\.checks\.(\w+) import[^\n]*\n(?:.*\n)*?\s*(check_\w+)\(([^()]*)\)")
 
 

@@ -9,6 +9,7 @@
     bench.py            performance figures (tfcourse bench)
     cli.py              the `tfcourse` command
     autograde.py        nbgrader plug-ins: fair, tamper-evident grading; formulas readable offline
+    demos.py            nbgrader plug-ins: the demonstrations no graded cell needs are not run when grading
     parallel_autograde.py  a class's submissions graded N at a time (tfcourse autograde --jobs N)
     lab.py              a Jupyter server extension: the lessons open unmodified in JupyterLab
     mathml.py           LaTeX -> MathML for the grading reports
@@ -26,6 +27,7 @@ from importlib import import_module
 _EXPORTS = {
     "setup": "lesson",
     "fast_mode": "lesson",
+    "lesson_language": "lesson",
     "data_flow_map": "lesson",
     "import_from_notebook": "notebook_import",
     "NotebookImportError": "notebook_import",

@@ -26,8 +26,23 @@ def data_flow_map(stage: str) -> str:
     return " → ".join(f"**[{text}]**" if key == stage else text for key, text in STAGES.items())
 
 
-def setup(seed: int = 0) -> torch.device:
-    """Seed everything, pick the device, print one status line; returns the device."""
+# The languages a lesson may be in: "en" (the source) and "zh" (the Chinese edition, made from it).
+LANGUAGES = ("en", "zh")
+_lesson_language = ["en"]  # what the lesson's setup cell said
+
+
+def lesson_language() -> str:
+    """The language this kernel speaks to the learner: $TFCOURSE_LANGUAGE if set, else the lesson's own."""
+    chosen = os.environ.get("TFCOURSE_LANGUAGE") or _lesson_language[0]
+    return chosen if chosen in LANGUAGES else "en"
+
+
+def setup(seed: int = 0, language: str = "en") -> torch.device:
+    """Seed everything, pick the device, print one status line; returns the device. `language` is the
+    lesson's: the Chinese edition's setup cell says "zh" (see `lesson_language()`)."""
+    if language not in LANGUAGES:
+        raise ValueError(f"language must be one of {LANGUAGES}, got {language!r}")
+    _lesson_language[0] = language
     from ..checks import core  # records IPython's error display before any learner code runs
     from ..training.loop import pick_device
 
@@ -41,6 +56,10 @@ def setup(seed: int = 0) -> torch.device:
     if device.type == "cuda":
         # fp32 matmuls may use TF32 tensor cores (10 bits of mantissa: plenty for training).
         torch.set_float32_matmul_precision("high")
-    mode = "fast mode (heavy cells shrunk)" if fast_mode() else "full mode"
-    print(f"tfcourse {__version__} · torch {torch.__version__} · device {device} · {mode} · seed {seed}")
+    if lesson_language() == "zh":
+        mode = "快速模式（耗时的单元已缩小）" if fast_mode() else "完整模式"
+        print(f"tfcourse {__version__} · torch {torch.__version__} · 设备 {device} · {mode} · 随机种子 {seed}")
+    else:
+        mode = "fast mode (heavy cells shrunk)" if fast_mode() else "full mode"
+        print(f"tfcourse {__version__} · torch {torch.__version__} · device {device} · {mode} · seed {seed}")
     return device
