@@ -95,3 +95,23 @@ def test_a_chinese_notebook_is_graded_against_the_chinese_source_and_greets_in_c
     assert points and points[0].split(":")[1].split("/")[0].strip() == points[0].split("/")[1].split()[0], out
     report = next((tmp_path / "grades").glob("*.html")).read_text(encoding="utf-8")
     assert "随机种子" in report  # the setup cell's status line, in the learner's language
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_each_chinese_lesson_runs_its_code_up_to_its_setup_cell_and_greets_in_chinese(lesson, capsys):
+    """The only code a Chinese lesson does not share with the English one is its setup cell: run the
+    lesson's cells up to it (its imports and setup) and read its status line."""
+    from tfcourse.course import lesson as lesson_module
+
+    chinese = nbformat.read(ROOT / "zh" / "solutions" / lesson / f"{lesson}.ipynb", as_version=4)
+    code = [c.source for c in chinese.cells if c.cell_type == "code"]
+    upto = next(i for i, source in enumerate(code) if 'language="zh"' in source)
+    namespace: dict = {}
+    try:
+        for source in code[: upto + 1]:
+            exec(compile(source, f"<{lesson}>", "exec"), namespace)
+        assert lesson_module.lesson_language() == "zh"
+    finally:
+        lesson_module._lesson_language[0] = "en"  # this process goes on with other tests
+    out = capsys.readouterr().out
+    assert "随机种子" in out and "· seed" not in out
