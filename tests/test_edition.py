@@ -4,7 +4,12 @@ zh/ folders are what the generator makes, and a Chinese notebook is graded again
 
 from __future__ import annotations
 
+import csv
 import json
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import nbformat
@@ -41,6 +46,54 @@ def test_a_missing_a_stale_and_an_orphan_translation_are_each_named(tmp_path, mo
     assert any(f"cell {first} is stale" in f for f in found)
     assert any(f"markdown cell {second} has no zh translation" in f for f in found)
     assert any("gone1234, which the lesson no longer has" in f for f in found)
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_every_lesson_uses_the_glossarys_terms(lesson):
+    assert edition.glossary_problems(lesson, "zh") == [], "use the terms of translations/zh/glossary.json"
+
+
+def test_the_glossary_check_names_a_missing_term_and_an_avoided_form_and_ignores_code():
+    terms = edition.glossary("zh")
+    english = "Each token gets a `mask`; $\\text{token}$ the weight tying of ``` token ```."
+    found = edition.term_problems(english, "每个位置都有一个 `mask`，即权重共享。", terms)
+    assert found == ["uses 'weight tying' but not '权重绑定'", "uses 'token' but not '词元'"]
+    longer = edition.term_problems("Rotary position embeddings (RoPE) rotate.", "旋转位置编码（RoPE）", terms)
+    assert longer == []  # the longer term hides the "embedding" inside it
+    made_up = [{"en": "warm-up", "zh": "预热", "avoid": ["热身"]}]
+    assert edition.term_problems("A warmup of 100 steps.", "100 步的热身。", made_up) == [
+        "uses 'warm-up' but not '预热'", "says '热身' where the glossary has '预热' (warm-up)"]
+
+
+def test_the_glossary_fixes_one_chinese_term_per_english_term():
+    terms = edition.glossary("zh")
+    english = [term["en"].lower() for term in terms]
+    assert len(english) == len(set(english)), "a term is in the glossary twice"
+    assert all(term["zh"] and any("\u4e00" <= ch <= "\u9fff" for ch in term["zh"] + "".join(term.get("also", [])))
+               or term["zh"].isascii() for term in terms)
+
+
+def test_the_chinese_readme_is_current_and_linked_from_the_english_one():
+    assert edition.readme_problems("zh") == [], "update translations/zh/README.json"
+    assert (ROOT / "README.zh.md").read_text(encoding="utf-8") == edition.translated_readme("zh"), \
+        "run python tools/edition.py"
+    assert "(README.zh.md)" in (ROOT / "README.md").read_text(encoding="utf-8").split("\n## ")[0]
+    chinese = (ROOT / "README.zh.md").read_text(encoding="utf-8")
+    assert "(README.md)" in chinese.split("\n## ")[0]
+    for command in ("make lab", "make test"):  # the same two commands
+        assert command in chinese
+
+
+def test_a_readme_section_changed_in_english_is_stale(tmp_path, monkeypatch):
+    sections = edition.readme_sections((ROOT / "README.md").read_text(encoding="utf-8"))
+    assert list(sections)[:2] == ["top", "quick-start"] and "".join(sections.values()) == \
+        (ROOT / "README.md").read_text(encoding="utf-8")
+    fake = tmp_path / "README.md"
+    fake.write_text((ROOT / "README.md").read_text(encoding="utf-8").replace("## Quick start\n", "## Quick start\n\nNew.\n", 1))
+    monkeypatch.setattr(edition, "ROOT", tmp_path)
+    (tmp_path / "translations").mkdir()
+    shutil.copytree(ROOT / "translations" / "zh", tmp_path / "translations" / "zh")
+    assert edition.readme_problems("zh") == ["README: the zh translation of section 'quick-start' is stale (its English changed)"]
 
 
 @pytest.mark.parametrize("lesson", LESSONS)
@@ -115,3 +168,44 @@ def test_each_chinese_lesson_runs_its_code_up_to_its_setup_cell_and_greets_in_ch
         lesson_module._lesson_language[0] = "en"  # this process goes on with other tests
     out = capsys.readouterr().out
     assert "随机种子" in out and "· seed" not in out
+
+
+def _nbgrader(course: Path, *args: str) -> None:
+    env = {**os.environ, "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"]}
+    result = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=course, env=env,
+                            capture_output=True, text=True)
+    assert result.returncode == 0, f"nbgrader {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}"
+
+
+@pytest.mark.slow
+def test_a_chinese_class_runs_on_plain_nbgrader(tmp_path):
+    """generate → release → autograde → feedback → export, run from zh/ as the README says, on a lesson with
+    few exercises, for a learner who answers as the solutions do. (Fetch, submit and collect go through the
+    same exchange as the English class's: tests/test_instructor.py walks them.)"""
+    lesson = "07_decoding"
+    course = tmp_path / "course"
+    zh = course / "zh"
+    zh.mkdir(parents=True)
+    shutil.copy(ROOT / "nbgrader_config.py", course)
+    shutil.copy(ROOT / "zh" / "nbgrader_config.py", zh)
+    shutil.copytree(ROOT / "zh" / "solutions" / lesson, zh / "solutions" / lesson)
+    _nbgrader(zh, "generate_assignment", lesson, "--force")
+    _nbgrader(zh, "release_assignment", lesson, "--force")
+    assert (course / "exchange" / "tfcourse-zh" / "outbound" / lesson).is_dir()  # apart from the English class's
+    learner = nbformat.read(zh / "notebooks" / lesson / f"{lesson}.ipynb", as_version=4)
+    assert learner.metadata["tfcourse"]["language"] == "zh"
+    solution = nbformat.read(ROOT / "zh" / "solutions" / lesson / f"{lesson}.ipynb", as_version=4)
+    answers = {c.metadata["nbgrader"]["grade_id"]: c.source for c in solution.cells
+               if c.metadata.get("nbgrader", {}).get("solution")}
+    for cell in learner.cells:
+        if cell.metadata.get("nbgrader", {}).get("solution"):
+            cell.source = answers[cell.metadata["nbgrader"]["grade_id"]]
+    (zh / "submitted" / "wang" / lesson).mkdir(parents=True)
+    nbformat.write(learner, zh / "submitted" / "wang" / lesson / f"{lesson}.ipynb")
+    _nbgrader(zh, "autograde", lesson, "--create")
+    _nbgrader(zh, "generate_feedback", lesson)
+    report = (zh / "feedback" / "wang" / lesson / f"{lesson}.html").read_text(encoding="utf-8")
+    assert "第 07 课" in report and "随机种子" in report  # the lesson's text and its status line, in Chinese
+    _nbgrader(zh, "export")
+    (row,) = csv.DictReader((zh / "grades.csv").open())
+    assert row["student_id"] == "wang" and float(row["score"]) == float(row["max_score"]) > 0
