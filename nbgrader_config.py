@@ -46,7 +46,7 @@ c.Execute.shutdown_kernel = "immediate"
 # Fair, tamper-evident autograding (tfcourse/course/autograde.py): stderr never decides a grade,
 # an integrity report lists assignments into tfcourse/torch/sys/builtins, and each grading kernel
 # may allocate at most $TFCOURSE_GRADING_MEMORY_GB (default 8) GiB, and keeps its output streams working.
-from tfcourse.course.autograde import (autograde_preprocessors, feedback_preprocessors,  # noqa: E402
+from tfcourse.course.autograde import (autograde_preprocessors, feedback_exporter, feedback_preprocessors,  # noqa: E402
                                        generate_preprocessors, grading_kernel_arguments)
 
 c.Autograde.autograde_preprocessors = autograde_preprocessors()
@@ -54,4 +54,5 @@ c.Autograde.autograde_preprocessors = autograde_preprocessors()
 c.GenerateAssignment.preprocessors = generate_preprocessors()
 # The feedback's formulas as MathML, which browsers draw without MathJax from a CDN: readable offline.
 c.GenerateFeedback.preprocessors = feedback_preprocessors()
+c.GenerateFeedback.exporter_class = feedback_exporter()  # its words in the notebook's language
 c.Execute.extra_arguments = ["--HistoryManager.hist_file=:memory:", *grading_kernel_arguments()]

@@ -36,6 +36,7 @@ import torch
 from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
+from ..messages import plain_text, say
 from ..validation import shape_str
 
 
@@ -46,14 +47,7 @@ class CheckFailed(AssertionError):
     through the checker's code."""
 
     def __init__(self, message: str = "") -> None:
-        super().__init__(plain_text(str(message)))
-
-
-def plain_text(message: str) -> str:
-    """The message without Markdown: *emphasis* loses its asterisks and `code` becomes 'code'
-    (a traceback shows text as it is). A lone * (2 * d) stays."""
-    message = re.sub(r"(?<![\w*])\*(?=\S)([^*\n]*?\S)\*(?![\w*])", r"\1", message)
-    return re.sub(r"`([^`\n]+)`", r"'\1'", message)
+        super().__init__(say(plain_text(str(message))))  # in the lesson's language (tfcourse.messages)
 
 
 class OffLimitsError(CheckFailed):
@@ -63,7 +57,7 @@ class OffLimitsError(CheckFailed):
 def passed(message: str) -> None:
     """The one success line a check prints (to stdout: stderr would cost the cell its points)."""
     restore_streams()
-    print(f"✔ {message}")
+    print(f"✔ {say(message)}")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -171,7 +165,7 @@ def check_failure_lines(error: CheckFailed) -> list[str]:
     lines = [f"\x1b[0;31m✘ {error}\x1b[0m"]
     frames = _learner_frames(error.__cause__)
     if frames:
-        lines.append("\nWhere your code raised it:\n" + "".join(frames).rstrip())
+        lines.append("\n" + say("Where your code raised it:") + "\n" + "".join(frames).rstrip())
     return lines
 
 
@@ -243,14 +237,15 @@ def _show_error(shell: Any, etype: type, value: BaseException, tb: Any, tb_offse
     elif (name := unfinished_exercise(value)) is not None:
         # A demo cell that uses an exercise not written yet: one line, and no half-drawn figure.
         _close_figures()
-        lines = [f"\x1b[0;33m✘ finish the exercise '{name}' first (it still raises NotImplementedError), "
-                 "then run this cell again\x1b[0m"]
+        lines = ["\x1b[0;33m✘ " + say(f"finish the exercise '{name}' first (it still raises NotImplementedError), "
+                                       "then run this cell again") + "\x1b[0m"]
     elif blocked := _quietly(exercises_not_passing, shell):
         # It uses an exercise whose check fails (or has not run): its error, an assert or a stale variable
         # is that exercise's, not this cell's.
         _close_figures()
-        lines = [f"\x1b[0;33m✘ this cell uses {' and '.join(blocked)}, which does not pass its check yet "
-                 f"({etype.__name__} here): fix it, run its check cell, then run this cell again\x1b[0m"]
+        lines = ["\x1b[0;33m✘ " + say(f"this cell uses {' and '.join(blocked)}, which does not pass its check yet "
+                                       f"({etype.__name__} here): fix it, run its check cell, then run this cell "
+                                       "again") + "\x1b[0m"]
     else:  # any other error: Python's usual traceback
         shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
         return None
@@ -833,8 +828,8 @@ def success_line(exercise: Exercise, learner: Any, count: int, hidden: bool,
     """The exercise's ✔ line: {n} = count, {name} = the learner's class or function, then `fields`;
     in the hidden run its hidden-case note."""
     name = getattr(learner, "__name__", "your code")
-    line = exercise.success.format(n=count, name=name, **(fields or {}))
-    return line + (exercise.hidden_note if hidden else "")
+    line = say(exercise.success.format(n=count, name=name, **(fields or {})))
+    return line + (say(exercise.hidden_note) if hidden else "")
 
 
 def run_case(exercise: Exercise, learner: Any, case: Case) -> Any:

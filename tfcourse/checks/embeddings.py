@@ -26,6 +26,7 @@ from ..attention import MultiHeadAttention, causal_mask, scaled_dot_product_atte
 from ..embedding import InputEmbedding, LearnedPositionalEmbedding, TokenEmbedding, sinusoidal_positional_encoding
 from ..ffn import PositionwiseFeedForward
 from .debugging import PlantedBug, debug_exercise
+from ..messages import say
 from .core import (Case, CheckFailed, Exercise, OffLimitsError, build_module, call_learner, compare, composite,
                    expect_portable, isolated, load_state, one_thread, run, run_case, seeded)
 
@@ -554,7 +555,7 @@ def _input_layer_case(seed: int, shape: tuple, vocab_size: int, d_model: int, ma
         """The usual wrong shapes and an eval-mode dropout first, then the values, then the error past max_len."""
         module, actual = result
         concatenated = isinstance(actual, Tensor) and actual.dim() == 3
-        got = concatenated and f"{what}: expected shape {tuple(expected.shape)}, got {tuple(actual.shape)} — PE was "
+        got = concatenated and say(f"{what}: expected shape {tuple(expected.shape)}, got {tuple(actual.shape)} — PE was ")
         if concatenated and actual.shape[-1] == 2 * d_model:
             raise CheckFailed(got + "concatenated instead of added; X = Embedding + PE keeps d_model features")
         if concatenated and actual.shape[1] == 2 * length:

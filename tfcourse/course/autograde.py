@@ -26,12 +26,14 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from nbformat.v4 import new_markdown_cell
 from nbgrader.preprocessors import NbGraderPreprocessor
 
+from ..messages import say
 from .demos import MarkDemonstrations, RestoreDemonstrations, SkipDemonstrations
 from .mathml import markdown_with_mathml
 
@@ -248,6 +250,37 @@ class NoComments(NbGraderPreprocessor):
     def preprocess_cell(self, cell: Any, resources: dict, index: int) -> tuple[Any, dict]:
         _grade_info(cell).pop("comment", None)
         return cell, resources
+
+
+def _feedback_words(language: str) -> list[tuple[str, str]]:
+    """The words nbgrader's feedback template writes around a notebook, and their form in `language`."""
+    words = {"(Score: ": say("(Score: ", language), "Score: ": say("Score: ", language),
+             "Test cell": say("Test cell", language), "Coding free-response": say("Coding free-response", language),
+             "Written response": say("Written response", language), "Task": say("Task", language),
+             "Late submission penalty": say("Late submission penalty", language), "(Top)": say("(Top)", language),
+             "Grade cell: ": say("Grade cell: ", language), "Comments:": say("Comments:", language)}
+    return [(english, translated) for english, translated in words.items() if translated != english]
+
+
+def localized_feedback(html: str, language: str) -> str:
+    """nbgrader's feedback report with its own words (Score, Test cell, …) in the notebook's language."""
+    for english, translated in _feedback_words(language):
+        html = re.sub(rf"(?<=[>\s(]){re.escape(english)}" if not english.startswith("(") else re.escape(english),
+                      translated, html)
+    return html
+
+
+def feedback_exporter() -> type:
+    """nbgrader's feedback exporter, speaking the notebook's language (the Chinese edition's says "zh")."""
+    from nbconvert import HTMLExporter
+
+    class FeedbackExporter(HTMLExporter):
+        def from_notebook_node(self, nb: Any, resources: dict | None = None, **kw: Any) -> tuple[str, dict]:
+            html, resources = super().from_notebook_node(nb, resources, **kw)
+            language = nb.metadata.get("tfcourse", {}).get("language", "en")
+            return (localized_feedback(html, language) if language != "en" else html), resources
+
+    return FeedbackExporter
 
 
 def feedback_preprocessors() -> list[type]:

@@ -29,7 +29,7 @@ from typing import Any
 from nbformat.v4 import new_output
 from nbgrader.preprocessors import NbGraderPreprocessor
 
-from .results import NOT_RUN
+from .results import NOT_RUN, not_run_note
 
 STAMP = "demo"  # the key under a cell's metadata["tfcourse"]: {"sha": fingerprint, "guesses": names}
 # A prediction: `NAME = None  # your guess ...` on a line of its own; the learner replaces the None.
@@ -186,11 +186,12 @@ class RestoreDemonstrations(NbGraderPreprocessor):
     """After Execute: the skipped cells are code cells again, with a note that they were not run as output."""
 
     def preprocess(self, nb: Any, resources: dict) -> tuple[Any, dict]:
+        language = nb.metadata.get("tfcourse", {}).get("language", "en")  # the Chinese edition's says "zh"
         for cell in nb.cells:
             if cell.get("metadata", {}).get("tfcourse", {}).pop("skipped", False):
                 cell.cell_type = "code"
                 cell.execution_count = None
-                cell.outputs = [new_output("stream", name="stdout", text=NOT_RUN)]
+                cell.outputs = [new_output("stream", name="stdout", text=not_run_note(language))]
         return nb, resources
 
 

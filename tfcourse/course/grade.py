@@ -24,6 +24,8 @@ import warnings
 from pathlib import Path
 
 # The result model and the reporter are shared with `tfcourse autograde`; their names stay importable from here.
+from .. import messages
+from ..messages import set_lesson_language
 from .results import (ExerciseGrade, LessonGrade, errors_elsewhere, exercise_titles, print_table,  # noqa: F401
                       record_failure, record_scores)
 
@@ -361,6 +363,9 @@ def main(argv: list[str] | None = None) -> int:
             todo = [(lesson, find_notebook(edition / "notebooks" / lesson, lesson)) for lesson in lessons]
             if not args.all:
                 todo = _started_only(todo, solutions)
+        # The table speaks the learner's language: Chinese for the Chinese edition's notebooks.
+        languages = {_language_of(notebook) for _, notebook in todo if notebook is not None}
+        table_language = "zh" if args.edition == "zh" or languages == {"zh"} else "en"
         results = []
         for lesson, notebook in tqdm(todo, desc="grading", unit="lesson"):
             source = args.course / "zh" / "solutions" if _language_of(notebook) == "zh" else args.course / "solutions"
@@ -368,5 +373,10 @@ def main(argv: list[str] | None = None) -> int:
     except GradingError as error:
         print(f"tfcourse grade: {error}", file=sys.stderr)
         return 2
-    print_table(results)
+    spoken = messages._lesson_language[0]
+    set_lesson_language(table_language)
+    try:
+        print_table(results)
+    finally:
+        set_lesson_language(spoken)  # (main may run inside a longer process: a test, a notebook)
     return 0

@@ -9,6 +9,7 @@ import warnings
 import torch
 
 from .. import __version__
+from ..messages import LANGUAGES, _lesson_language, lesson_language, set_lesson_language  # noqa: F401 - for the lessons
 from .stages import STAGES
 from .plots import use_cjk_fallback_font
 
@@ -26,23 +27,12 @@ def data_flow_map(stage: str) -> str:
     return " → ".join(f"**[{text}]**" if key == stage else text for key, text in STAGES.items())
 
 
-# The languages a lesson may be in: "en" (the source) and "zh" (the Chinese edition, made from it).
-LANGUAGES = ("en", "zh")
-_lesson_language = ["en"]  # what the lesson's setup cell said
-
-
-def lesson_language() -> str:
-    """The language this kernel speaks to the learner: $TFCOURSE_LANGUAGE if set, else the lesson's own."""
-    chosen = os.environ.get("TFCOURSE_LANGUAGE") or _lesson_language[0]
-    return chosen if chosen in LANGUAGES else "en"
 
 
 def setup(seed: int = 0, language: str = "en") -> torch.device:
     """Seed everything, pick the device, print one status line; returns the device. `language` is the
     lesson's: the Chinese edition's setup cell says "zh" (see `lesson_language()`)."""
-    if language not in LANGUAGES:
-        raise ValueError(f"language must be one of {LANGUAGES}, got {language!r}")
-    _lesson_language[0] = language
+    set_lesson_language(language)
     from ..checks import core  # records IPython's error display before any learner code runs
     from ..training.loop import pick_device
 

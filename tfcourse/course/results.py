@@ -16,13 +16,20 @@ tested without grading anything.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import manifest
+from ..messages import LANGUAGES, say
 
 # The output of a demonstration that grading left out (tfcourse.course.demos.SkipDemonstrations).
 NOT_RUN = "[not run when grading: no graded cell needs it; run the notebook to see its output]\n"
+
+
+def not_run_note(language: str) -> str:
+    """NOT_RUN in the notebook's language."""
+    return say("[not run when grading: no graded cell needs it; run the notebook to see its output]", language) + "\n"
 
 
 @dataclass
@@ -83,7 +90,8 @@ def record_scores(result: LessonGrade, scores: dict[str, tuple[float, float]], t
         elsewhere, depending = errors_elsewhere(notebook, not_passing, result.lesson)
         result.elsewhere += elsewhere
         result.depending += depending
-        result.not_run += sum(any(NOT_RUN in "".join(o.get("text", "")) for o in cell.get("outputs", []))
+        notes = {not_run_note(language) for language in LANGUAGES}
+        result.not_run += sum(any(note in "".join(o.get("text", "")) for o in cell.get("outputs", []) for note in notes)
                               for cell in _cells(notebook) if cell.get("cell_type") == "code")
     result.exercises = _exercises(scores, titles, messages)
     return result
@@ -119,7 +127,7 @@ def exercise_titles(notebook: Path) -> dict[str, str]:
     titles = lesson_titles(notebook.parent.name)
     if titles:
         return titles
-    return {grade_id: f"Exercise {number} — {name}"
+    return {grade_id: f"Exercise {number} — {name}"  # (the reporter says it in the learner's language)
             for grade_id, (number, name) in manifest.exercise_headings(_cells(notebook)).items()}
 
 
@@ -192,37 +200,49 @@ def integrity_findings(autograded: Path) -> list[str]:
 
 
 def points(result: LessonGrade) -> str:
-    return f"{result.score:g} / {result.max_score:g} points"
+    return say(f"{result.score:g} / {result.max_score:g} points")
 
 
 def detail_lines(result: LessonGrade) -> list[str]:
     """One submission's rows under its heading: an exercise a line, then what went wrong elsewhere."""
-    width = max((len(e.title or e.grade_id) for e in result.exercises), default=0)
-    lines = [f"  {e.title or e.grade_id:<{width}} {e.score:>4g} / {e.max_score:<4g} "
-             f"{'pass' if e.passed else 'FAIL'}  {e.message}" for e in result.exercises]
+    titles = [_title(e.title) if e.title else e.grade_id for e in result.exercises]
+    width = max((_width(title) for title in titles), default=0)
+    lines = [f"  {title}{' ' * (width - _width(title))} {e.score:>4g} / {e.max_score:<4g} "
+             f"{say('pass') if e.passed else say('FAIL')}  {e.message}" for title, e in zip(titles, result.exercises)]
     if result.depending:
-        lines.append(f"  {len(result.depending)} later cell(s) use an exercise that does not pass yet and could not "
-                     f"run (they will once it does): {result.depending[0]}")
+        lines.append("  " + say(f"{len(result.depending)} later cell(s) use an exercise that does not pass yet and "
+                                f"could not run (they will once it does): {result.depending[0]}"))
     if result.not_run:
-        lines.append(f"  {result.not_run} demonstration cell(s) were not run: no graded cell needs them "
-                     "(run the notebook to see them)")
+        lines.append("  " + say(f"{result.not_run} demonstration cell(s) were not run: no graded cell needs them "
+                                "(run the notebook to see them)"))
     if result.elsewhere:
-        lines.append(f"  outside the exercises, {len(result.elsewhere)} cell(s) failed in the graded copy "
-                     f"(see the feedback report): {result.elsewhere[0]}")
-    lines += [f"  integrity: {finding}" for finding in result.integrity]
+        lines.append("  " + say(f"outside the exercises, {len(result.elsewhere)} cell(s) failed in the graded copy "
+                                f"(see the feedback report): {result.elsewhere[0]}"))
+    lines += ["  " + say(f"integrity: {finding}") for finding in result.integrity]
     if result.feedback:
-        lines.append(f"  feedback report: {result.feedback}")
+        lines.append("  " + say(f"feedback report: {result.feedback}"))
     return lines
+
+
+def _title(title: str) -> str:
+    """"Exercise 3 — FeedForward" in the learner's language."""
+    match = re.fullmatch(r"Exercise (\d+) — (.*)", title, flags=re.S)
+    return say(f"Exercise {match[1]} — {match[2]}") if match else title
+
+
+def _width(text: str) -> int:
+    """Columns `text` takes in a terminal: a Chinese character takes two."""
+    return sum(2 if "\u2e80" <= ch <= "\u9fff" or "\uff00" <= ch <= "\uffef" else 1 for ch in text)
 
 
 def print_table(results: list[LessonGrade]) -> None:
     """`tfcourse grade`'s report: each lesson's points, an exercise a row, and the total."""
     for result in results:
-        print(f"\n{result.lesson}: {points(result)}" + (f"   ({result.problem})" if result.problem else ""))
+        print(f"\n{result.lesson}: {points(result)}" + (f"   ({say(result.problem)})" if result.problem else ""))
         for line in detail_lines(result):
             print(line)
     total, maximum = sum(r.score for r in results), sum(r.max_score for r in results)
-    print(f"\ntotal: {total:g} / {maximum:g} points")
+    print("\n" + say(f"total: {total:g} / {maximum:g} points"))
 
 
 def submission_line(result: LessonGrade) -> str:
