@@ -68,7 +68,7 @@ def _format_template(text: str) -> str:
             names.append(field.group(1))
         return "{%d}" % (names.index(field.group(1)) + 1)
 
-    return re.sub(r"\{\{|\}\}|\{(\w+)\}", number, text)
+    return re.sub(r"\{\{|\}\}|\{(\w+)(?:[:!][^{}]*)?\}", number, text)  # {n}, and {n:,} with a format spec
 
 
 def _says_something(template: str) -> bool:
