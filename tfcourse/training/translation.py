@@ -1,4 +1,4 @@
-"""The translation lesson's pipeline: English→French with the encoder–decoder Transformer.
+"""The translation lesson's pipeline: English→French (and Chinese→English) with the encoder–decoder Transformer.
 
     pairs ──build_vocabularies──▶ two WordTokenizers (<pad> <unk> <bos> <eos> first)
           ──encode_pairs──▶ src (N, S), tgt (N, T): word ids, padded with <pad>
@@ -12,6 +12,7 @@ puts it all together; the lesson and the tests both call it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -19,6 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from ..data.en_fr import make_translation_pairs, split_translation_pairs
+from ..data.zh_en import make_chinese_english_pairs
 from ..decoding import translate, translate_beam
 from ..models import Transformer, TransformerConfig
 from ..output import IGNORE_INDEX, cross_entropy  # IGNORE_INDEX: padding is not a word to predict
@@ -31,9 +33,14 @@ from ..training.loop import TrainConfig, train
 # ----------------------------------------------------------------------------------------------
 
 
+# One token per Chinese character (Chinese writes no spaces); anything else is cut at spaces.
+_WORD = re.compile(r"[\u4e00-\u9fff]|[^\s\u4e00-\u9fff]+")
+
+
 def words(sentence: str) -> list[str]:
-    """The corpus separates words by single spaces (l'oiseau stays one word)."""
-    return sentence.split()
+    """The tokens of a sentence: English and French words cut at single spaces (l'oiseau stays one word),
+    Chinese one character at a time (猫追狗 -> 猫, 追, 狗)."""
+    return _WORD.findall(sentence)
 
 
 def build_vocabularies(pairs: Sequence[tuple[str, str]]) -> tuple[WordTokenizer, WordTokenizer]:
@@ -141,7 +148,7 @@ def greedy_decode(model: Transformer, src: Tensor, bos_id: int, eos_id: int, max
 def translate_sentences(model: Transformer, sentences: Sequence[str], source_vocab: WordTokenizer,
                         target_vocab: WordTokenizer, beam_size: int = 1, max_new_tokens: int = 16,
                         decode: DecodeOne | None = None) -> list[str]:
-    """Translate English sentences: greedy (beam_size 1, all at once), beam search (one at a time), or
+    """Translate source sentences: greedy (beam_size 1, all at once), beam search (one at a time), or
     `decode` (e.g. your greedy_decode), one unpadded sentence at a time."""
     if decode is not None and beam_size != 1:
         raise ValueError("translate_sentences: give decode or beam_size, not both")
@@ -187,7 +194,7 @@ def token_accuracy(hypotheses: Sequence[str], references: Sequence[str]) -> floa
 
 
 def copy_baseline(sentences: Sequence[str]) -> list[str]:
-    """The laziest translator: give the English sentence back unchanged."""
+    """The laziest translator: give the source sentence back unchanged."""
     return list(sentences)
 
 
@@ -199,6 +206,13 @@ def evaluate(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, 
 # ----------------------------------------------------------------------------------------------
 # The whole recipe
 # ----------------------------------------------------------------------------------------------
+
+
+# The generated language pairs a recipe can train on: source -> target.
+CORPORA: dict[str, Callable[..., list[tuple[str, str]]]] = {
+    "en-fr": make_translation_pairs,  # the [colour] noun verb [preposition] the [colour] noun
+    "zh-en": make_chinese_english_pairs,  # 猫追狗, 今天天气真好: number, tense and case to recover
+}
 
 
 @dataclass
@@ -217,6 +231,7 @@ class TranslationRecipe:
     warmup_steps: int = 100  # post-LN needs a gentle start
     schedule: str = "cosine"  # TrainConfig.schedule: "cosine", or "inverse_sqrt" (the paper's eq. 3, peak lr)
     seed: int = 0  # data, initialisation and batch order
+    corpus: str = "en-fr"  # a key of CORPORA: which generated language pair
 
     @classmethod
     def fast(cls) -> "TranslationRecipe":
@@ -233,7 +248,9 @@ def train_translator(recipe: TranslationRecipe, device: str | None = "cpu", prog
     shift_target, smoothed cross-entropy and forward pass: make_loss_fn with them in place).
     Keys: model, source_vocab, target_vocab, train_pairs, test_pairs, history.
     """
-    pairs = make_translation_pairs(recipe.n_pairs, seed=recipe.seed)
+    if recipe.corpus not in CORPORA:
+        raise ValueError(f"TranslationRecipe.corpus must be one of {sorted(CORPORA)}, got {recipe.corpus!r}")
+    pairs = CORPORA[recipe.corpus](recipe.n_pairs, seed=recipe.seed)
     train_pairs, test_pairs = split_translation_pairs(pairs, test_fraction=0.1, seed=recipe.seed)
     source_vocab, target_vocab = build_vocabularies(train_pairs)
     splits = {"train": encode_pairs(train_pairs, source_vocab, target_vocab),
@@ -260,5 +277,5 @@ __all__ = [
     "IGNORE_INDEX", "words", "build_vocabularies", "pad", "encode_pairs", "shift_target", "smoothed_cross_entropy",
     "model_forward", "make_loss_fn",
     "make_get_batch", "greedy_decode", "translate_sentences", "exact_match", "token_accuracy", "copy_baseline", "evaluate",
-    "TranslationRecipe", "train_translator",
+    "CORPORA", "TranslationRecipe", "train_translator",
 ]
