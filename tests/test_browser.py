@@ -5,22 +5,31 @@ browser's path) and the `playwright` package (the `test` extra); Playwright's ow
 is not used. Without them these tests skip and say so. A screenshot of each page is saved in
 $TFCOURSE_SCREENSHOTS (default: the test's temporary folder), failing or not: the README's pictures
 of a failed and a passed check come from here.
+
+The Chinese tests run a second Chromium that cannot see the system's CJK fonts (a fontconfig
+configuration that rejects every font with Chinese in it: `fc-list`, from fontconfig, finds them),
+as on a machine that has none; a control measurement shows that this browser draws Chinese as boxes.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from xml.sax.saxutils import escape
 
 import pytest
 
+from test_feedback_font import chinese_lesson, feedback_report
 from test_instructor import free_port, get_when_up
+from tfcourse.course import cjk_font
 
 pytestmark = pytest.mark.slow  # starts JupyterLab and a browser
 
@@ -60,6 +69,7 @@ tokens = list("狗追猫")
 fig = plot_attention(torch.softmax(torch.randn(3, 3), -1), tokens, tokens, title="狗追猫, head 0")
 fig.canvas.draw()
 print("labels:", *[label.get_text() for label in fig.axes[0].get_xticklabels()])"""
+WEATHER = "今天天气真好"  # six ideographs, each one em wide in Noto Sans CJK SC
 
 
 @pytest.fixture(scope="module")
@@ -75,6 +85,9 @@ def course(tmp_path_factory) -> Path:
     (demo / "right.ipynb").write_text(_notebook([SETUP, ATTENTION.format(scale=" / math.sqrt(q.shape[-1])"),
                                                  CHECK]))
     (demo / "chinese.ipynb").write_text(_notebook([SETUP, CHINESE_PLOT]))
+    weather = json.loads(_notebook([f'print("{WEATHER}")']))
+    weather["cells"].insert(0, {"cell_type": "markdown", "metadata": {}, "source": f"# {WEATHER}\n\n{WEATHER}"})
+    (demo / "weather.ipynb").write_text(json.dumps(weather, ensure_ascii=False), encoding="utf-8")
     return course
 
 
@@ -133,32 +146,81 @@ new MutationObserver(() => {
 
 
 @pytest.fixture(scope="module")
-def browser_context() -> Iterator:
-    """One headless Chromium and one context for the module: the pages share its HTTP cache, so
-    JupyterLab's scripts are fetched once (each test still opens its own workspace)."""
+def launch_chromium() -> Iterator:
+    """Starts headless Chromiums for the module, all from one Playwright (it allows one per thread)."""
     executable = _chromium()
     if executable is None:
         pytest.skip("no Chromium: install it (Debian/Ubuntu: apt-get install chromium) or set TFCOURSE_CHROMIUM")
     sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright (the `test` extra)")
     with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=executable, args=["--no-sandbox"])
-        context = browser.new_context(viewport={"width": 1200, "height": 700})
-        context.add_init_script(RECORD_DIALOGS)
-        yield context
-        context.close()
-        browser.close()
+        yield lambda **options: playwright.chromium.launch(executable_path=executable, args=["--no-sandbox"],
+                                                           **options)
+
+
+def _browser_context(browser) -> Iterator:
+    context = browser.new_context(viewport={"width": 1200, "height": 700})
+    context.add_init_script(RECORD_DIALOGS)
+    yield context
+    context.close()
+    browser.close()
+
+
+@pytest.fixture(scope="module")
+def browser_context(launch_chromium) -> Iterator:
+    """One headless Chromium and one context for the module: the pages share its HTTP cache, so
+    JupyterLab's scripts are fetched once (each test still opens its own workspace)."""
+    yield from _browser_context(launch_chromium())
+
+
+def _screenshot(page, request, tmp_path) -> Path:
+    folder = Path(os.environ.get("TFCOURSE_SCREENSHOTS", tmp_path))
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{request.node.name}.png"
+    page.screenshot(path=str(path))  # failing or not: look at it
+    return path
+
+
+def _page_of(context, lab, request, tmp_path) -> Iterator:
+    page = context.new_page()
+    yield page
+    _screenshot(page, request, tmp_path)
+    print("dialogs this page opened:", _dialogs_seen(page))  # shown when the test fails
+    page.close()
+    _shut_down_kernels(lab)
 
 
 @pytest.fixture
 def page(browser_context, lab, request, tmp_path) -> Iterator:
-    page = browser_context.new_page()
-    yield page
-    folder = Path(os.environ.get("TFCOURSE_SCREENSHOTS", tmp_path))
-    folder.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(folder / f"{request.node.name}.png"))  # failing or not: look at it
-    print("dialogs this page opened:", _dialogs_seen(page))  # shown when the test fails
-    page.close()
-    _shut_down_kernels(lab)
+    yield from _page_of(browser_context, lab, request, tmp_path)
+
+
+def _fontconfig_without_cjk(folder: Path) -> Path:
+    """A fontconfig configuration: the system's own, less every font that has Chinese in it."""
+    fc_list = shutil.which("fc-list")
+    if fc_list is None:
+        pytest.skip("no fc-list (Debian/Ubuntu: apt-get install fontconfig) to find the fonts to hide")
+    listed = subprocess.run([fc_list, f":charset={ord(WEATHER[0]):x}", "file"], capture_output=True, text=True,
+                            check=True).stdout
+    files = sorted({line.rsplit(":", 1)[0].strip() for line in listed.splitlines() if line.strip()})
+    rejected = "".join(f"<glob>{escape(file)}</glob>" for file in files)
+    system = os.environ.get("FONTCONFIG_FILE", "fonts.conf")  # (a relative name: fontconfig's own folder)
+    config = folder / "fonts.conf"
+    config.write_text(f'<?xml version="1.0"?>\n<!DOCTYPE fontconfig SYSTEM "urn:fontconfig:fonts.dtd">\n'
+                      f"<fontconfig><include>{escape(system)}</include><cachedir>{escape(str(folder / 'cache'))}"
+                      f"</cachedir><selectfont><rejectfont>{rejected}</rejectfont></selectfont></fontconfig>\n")
+    return config
+
+
+@pytest.fixture(scope="module")
+def browser_without_cjk_fonts(launch_chromium, tmp_path_factory) -> Iterator:
+    """A Chromium (and its context) that sees none of the system's CJK fonts."""
+    config = _fontconfig_without_cjk(tmp_path_factory.mktemp("fontconfig"))
+    yield from _browser_context(launch_chromium(env={**os.environ, "FONTCONFIG_FILE": str(config)}))
+
+
+@pytest.fixture
+def page_without_cjk_fonts(browser_without_cjk_fonts, lab, request, tmp_path) -> Iterator:
+    yield from _page_of(browser_without_cjk_fonts, lab, request, tmp_path)
 
 
 def _api(base: str, method: str, path: str):
@@ -332,3 +394,121 @@ def test_validate_reports_the_unfinished_exercises(page, lab):
     # Every exercise's test cell fails, each with its one ✘ line.
     assert text.count("The following cell failed") >= len(tests) >= 5, text[:1500]
     assert text.count("✘") >= len(tests) and "not implemented yet" in text and "Traceback" not in text
+
+
+# ---------------------------------------------------------------------------------------------
+# Chinese where no Chinese font is installed: the course's Noto Sans CJK SC
+# ---------------------------------------------------------------------------------------------
+
+# Widths, in CSS pixels, of one string in a font: CJK ideographs, and as many code points that no
+# font has (U+0378 is unassigned): drawn as boxes, both have the width of the missing-glyph box.
+CONTROL = """() => {
+  const paragraph = document.createElement('p');
+  paragraph.style.font = '16px sans-serif';
+  paragraph.innerHTML = '<span id="cjk">%s</span> <span id="none">%s</span>';
+  document.body.append(paragraph);
+  return ['cjk', 'none'].map(id => document.getElementById(id).getBoundingClientRect().width);
+}""" % (WEATHER, "\u0378" * len(WEATHER))
+# The course's font loaded on this page, as the page's stylesheets declare it.
+LOAD_THE_FONT = """async (family) => {
+  const faces = await document.fonts.load(`16px "${family}"`, '今');
+  return {faces: faces.length, check: document.fonts.check(`16px "${family}"`, '今'),
+          loaded: [...document.fonts].some(f => f.family.replace(/"/g, '') === family && f.status === 'loaded')};
+}"""
+# Where `text` is drawn inside the elements `selector` matches: its width, the element's font size
+# and font stack. (Measured on the text itself: a code cell's line has other text around it.)
+MEASURE = """async ([selector, text]) => {
+  await document.fonts.ready;
+  await new Promise(resolve => requestAnimationFrame(() => requestAnimationFrame(resolve)));
+  for (const element of document.querySelectorAll(selector)) {
+    const walker = document.createTreeWalker(element, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      const at = node.data.indexOf(text);
+      if (at < 0) continue;
+      const range = document.createRange();
+      range.setStart(node, at);
+      range.setEnd(node, at + text.length);
+      const style = getComputedStyle(node.parentElement);
+      return {width: range.getBoundingClientRect().width, size: parseFloat(style.fontSize),
+              family: style.fontFamily};
+    }
+  }
+  return null;
+}"""
+
+
+def _drawn_in_the_course_font(page, selector: str, text: str = WEATHER) -> None:
+    """`text`, where `selector` shows it, is drawn by the course's font: each ideograph one em wide
+    (a box is narrower) and the family in the element's font stack."""
+    drawn = page.evaluate(MEASURE, [selector, text])
+    assert drawn is not None, f"no {text} in {selector}"
+    assert cjk_font.FAMILY in drawn["family"], drawn
+    assert abs(drawn["width"] - len(text) * drawn["size"]) < 1, f"{selector}: {drawn} (boxes?)"
+
+
+def _expect_no_cjk_font(page) -> None:
+    """The control: without the course's font, this browser draws the Chinese as boxes."""
+    page.set_content("<!doctype html><html><head></head><body></body></html>")
+    chinese, unassigned = page.evaluate(CONTROL)
+    assert chinese == unassigned, f"a system CJK font is still visible ({chinese} px against {unassigned} px)"
+    assert abs(chinese - 16 * len(WEATHER)) >= 1
+
+
+def test_chinese_shows_in_jupyterlab_without_a_system_font(page_without_cjk_fonts, lab):
+    page = page_without_cjk_fonts
+    _expect_no_cjk_font(page)
+    path = "notebooks/demo/weather.ipynb"
+    _run_all_cells(page, lab, path)
+    font = page.evaluate(LOAD_THE_FONT, cjk_font.FAMILY)
+    assert font == {"faces": 1, "check": True, "loaded": True}, font
+    _drawn_in_the_course_font(page, ".jp-RenderedMarkdown h1")
+    _drawn_in_the_course_font(page, ".jp-RenderedMarkdown p")
+    _drawn_in_the_course_font(page, ".jp-CodeCell .cm-content")  # the code, in the editor
+    _drawn_in_the_course_font(page, ".jp-OutputArea-output pre")  # what it printed
+    (output,) = [text for text in _outputs(page) if WEATHER in text]
+    assert output.strip() == WEATHER
+
+
+class NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A redirect (to the login page) is the answer, not a step to follow."""
+
+    def redirect_request(self, *args, **kwargs):
+        return None
+
+
+def test_the_server_serves_the_font_with_a_long_cache_to_logged_in_browsers(lab):
+    def get(path: str, token: bool = True):
+        url = f"{lab}/{path}"
+        request = urllib.request.Request(url, headers={"Authorization": f"token {TOKEN}"} if token else {})
+        opener = urllib.request.build_opener(NoRedirect)
+        with opener.open(request, timeout=30) as response:
+            return response.status, response.headers, response.read()
+
+    status, headers, page = get("lab/tree/notebooks")
+    assert b'<link rel="stylesheet" href="/tfcourse/fonts/cjk.css"></head>' in page
+    status, headers, css = get("tfcourse/fonts/cjk.css")
+    assert headers["Content-Type"].startswith("text/css") and f'"{cjk_font.FAMILY}"'.encode() in css
+    font_url = css.decode().split('url("', 1)[1].split('"', 1)[0]
+    status, headers, font = get(f"tfcourse/fonts/{font_url}")
+    assert headers["Content-Type"] == "font/otf" and headers["Cache-Control"] == "public, max-age=31536000, immutable"
+    assert font == cjk_font.bundled_font().read_bytes()
+    with pytest.raises(urllib.error.HTTPError) as refused:  # no login: the login page, not the font
+        get(f"tfcourse/fonts/{font_url}", token=False)
+    assert refused.value.code == 302
+
+
+def test_a_chinese_feedback_report_reads_without_a_system_font(browser_without_cjk_fonts, request, tmp_path):
+    report = tmp_path / "report.html"
+    report.write_text(feedback_report(chinese_lesson()), encoding="utf-8")
+    page = browser_without_cjk_fonts.new_page()
+    try:
+        _expect_no_cjk_font(page)
+        page.goto(report.as_uri())
+        font = page.evaluate(LOAD_THE_FONT, cjk_font.FAMILY)
+        assert font == {"faces": 1, "check": True, "loaded": True}, font
+        title = chinese_lesson().cells[0].source.splitlines()[0]  # 第 07 课——解码：…
+        _drawn_in_the_course_font(page, "h1", re.findall(r"[\u4e00-\u9fff]{2,}", title)[0])
+        _drawn_in_the_course_font(page, "h4", "得分")  # nbgrader's own words, translated
+    finally:
+        _screenshot(page, request, tmp_path)
+        page.close()

@@ -15,6 +15,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from tfcourse.course import cjk_font
 from tools import edition
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -206,6 +207,7 @@ def test_a_chinese_class_runs_on_plain_nbgrader(tmp_path):
     _nbgrader(zh, "generate_feedback", lesson)
     report = (zh / "feedback" / "wang" / lesson / f"{lesson}.html").read_text(encoding="utf-8")
     assert "第 07 课" in report and "随机种子" in report  # the lesson's text and its status line, in Chinese
+    assert f'font-family: "{cjk_font.FAMILY}"' in report and "base64," in report  # and the font to show them
     _nbgrader(zh, "export")
     (row,) = csv.DictReader((zh / "grades.csv").open())
     assert row["student_id"] == "wang" and float(row["score"]) == float(row["max_score"]) > 0

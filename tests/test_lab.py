@@ -5,10 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
-from tfcourse.course import lab
+import pytest
+from tornado.httputil import HTTPHeaders
+
+from tfcourse.course import cjk_font, lab
 
 ROOT = Path(__file__).resolve().parents[1]
 if sys.version_info >= (3, 11):
@@ -82,8 +87,7 @@ def test_terminals_get_the_course_environment_on_path_and_no_login_shell(monkeyp
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
     programs = os.path.dirname(sys.executable)
     started = SimpleNamespace(shell_command=["/bin/bash", "-l"])
-    serverapp = SimpleNamespace(contents_manager=SimpleNamespace(get=lambda *a, **k: {}), terminado_settings={},
-                                web_app=SimpleNamespace(settings={"terminal_manager": started}))
+    serverapp = _serverapp(web_app=_web_app(settings={"terminal_manager": started}))
     lab._load_jupyter_server_extension(serverapp)
     assert os.environ["PATH"].split(os.pathsep)[0] == programs
     assert os.path.exists(os.path.join(programs, "tfcourse"))  # what the terminal now finds first
@@ -91,3 +95,122 @@ def test_terminals_get_the_course_environment_on_path_and_no_login_shell(monkeyp
     assert "-l" not in serverapp.terminado_settings["shell_command"] and started.shell_command == ["/bin/bash"]
     lab.environment_first_on_path()
     assert os.environ["PATH"].split(os.pathsep).count(programs) == 1  # once
+
+
+# ---------------------------------------------------------------------------------------------
+# Chinese without a system font: the bundled Noto Sans CJK SC, served to JupyterLab
+# ---------------------------------------------------------------------------------------------
+
+
+def _web_app(settings=None):
+    """What the extension uses of the server's tornado application: its handlers and transforms."""
+    web_app = SimpleNamespace(settings=settings or {}, handlers=[], transforms=[object])
+    web_app.add_handlers = lambda host, handlers: web_app.handlers.extend(handlers)
+    return web_app
+
+
+def _serverapp(base_url="/", web_app=None):
+    log = SimpleNamespace(warning=lambda *a: None)
+    return SimpleNamespace(contents_manager=SimpleNamespace(get=lambda *a, **k: {}), terminado_settings={},
+                           web_app=web_app or _web_app(), base_url=base_url, log=log)
+
+
+def _unicode_ranges(css: str) -> list[tuple[int, int]]:
+    (value,) = re.findall(r"unicode-range:([^;]+);", css)
+    return [(int(low, 16), int(high, 16)) for low, high in re.findall(r"U\+([0-9A-F]+)-([0-9A-F]+)", value)]
+
+
+def test_the_font_is_only_for_cjk_characters():
+    ranges = _unicode_ranges(cjk_font.lab_stylesheet("font.otf"))
+
+    def covered(character):
+        return any(low <= ord(character) <= high for low, high in ranges)
+
+    assert all(covered(c) for c in "今天天气真好。，：！「」、𠀀")  # ideographs, CJK and full-width marks
+    assert not any(covered(c) for c in "Az09 é—“”…ß→√"), "Latin text would take the CJK font"
+    assert cjk_font.cjk_characters("Score 得分: 3/5，好！") == "分好得！，"
+
+
+def test_the_font_comes_first_in_jupyterlabs_own_font_stacks():
+    """The stacks the stylesheet sets are JupyterLab's own (the installed version's theme) with the
+    course's family in front (for CJK characters only): nothing else about JupyterLab's fonts changes."""
+    from jupyterlab.commands import get_app_dir
+
+    theme = Path(get_app_dir()) / "themes" / "@jupyterlab" / "theme-light-extension" / "index.css"
+    if not theme.exists():
+        pytest.skip(f"JupyterLab's light theme is not built here ({theme.name} missing)")
+    theme_css, css = theme.read_text(), cjk_font.lab_stylesheet("font.otf")
+    for variable, stack in cjk_font.JUPYTERLAB_FONT_STACKS.items():
+        (installed,) = re.findall(rf"{variable}:([^;}}]+)", theme_css)
+        assert re.sub(r"\s", "", installed) == re.sub(r"\s", "", stack), f"JupyterLab changed {variable}: {installed}"
+        assert f'{variable}: "{cjk_font.FAMILY}", {stack};' in css
+    assert f'font-family: "{cjk_font.FAMILY}";' in css and 'url("font.otf") format("opentype")' in css
+    assert css.index(":root:root {") > css.index("@font-face")  # outranks the theme's :root
+
+
+def _transformed(path: str, body: bytes, content_type="text/html; charset=UTF-8", base_url="/", finishing=True):
+    transform = lab.LinkTheStylesheet(SimpleNamespace(path=path), base_url=base_url)
+    headers = HTTPHeaders({"Content-Type": content_type, "Content-Length": str(len(body))})
+    status, headers, chunk = transform.transform_first_chunk(200, headers, body, finishing)
+    return headers, chunk
+
+
+PAGE = b'<html><head><script id="jupyter-config-data" type="application/json">{}</script></head><body></body></html>'
+
+
+def test_jupyterlabs_pages_link_the_stylesheet_and_nothing_else_changes():
+    link = b'<link rel="stylesheet" href="/user/wang/tfcourse/fonts/cjk.css">'
+    headers, chunk = _transformed("/user/wang/lab/tree/notebooks", PAGE, base_url="/user/wang/")
+    assert chunk == PAGE.replace(b"</head>", link + b"</head>")
+    assert headers["Content-Length"] == str(len(chunk))  # the length tornado had set was the old body's
+    assert b"/tfcourse/fonts/cjk.css" in _transformed("/tree", PAGE)[1]  # Notebook 7's pages too
+    headers, chunk = _transformed("/lab", PAGE, finishing=False)  # a page sent in parts: no length
+    assert link.replace(b"/user/wang", b"") in chunk and "Content-Length" not in headers
+    # A learner's HTML file, even one that looks like a JupyterLab page, an API answer, other pages:
+    untouched = [_transformed("/files/feedback/report.html", PAGE), _transformed("/view/page.html", PAGE),
+                 _transformed("/lab", PAGE, content_type="application/json"),
+                 _transformed("/login", b"<html><head></head><body>Password</body></html>"),
+                 _transformed("/other/lab", PAGE, base_url="/user/wang/")]
+    for headers, chunk in untouched:
+        assert b"cjk.css" not in chunk
+
+
+def test_the_extension_serves_the_font_and_its_stylesheet():
+    font = cjk_font.bundled_font()
+    if font is None:
+        pytest.skip("mplfonts is not installed")
+    serverapp = _serverapp(base_url="/user/wang/")
+    lab._load_jupyter_server_extension(serverapp)
+    routes = {handler: pattern for pattern, handler, _ in serverapp.web_app.handlers}
+    assert routes[lab.CJKStylesheetHandler] == "/user/wang/tfcourse/fonts/cjk.css"
+    font_route = re.compile(routes[lab.CJKFontHandler] + "$")
+    assert font_route.match(f"/user/wang/tfcourse/fonts/{font.name}")
+    assert not font_route.match("/user/wang/tfcourse/fonts/SimHei.ttf")  # mplfonts' other fonts stay unserved
+    assert not font_route.match("/user/wang/tfcourse/fonts/../NotoSansCJKsc-Regular.otf")
+    transform = serverapp.web_app.transforms[0]  # before any other (gzip) sees the page
+    assert transform.func is lab.LinkTheStylesheet and transform.keywords == {"base_url": "/user/wang/"}
+
+
+def test_without_mplfonts_the_server_still_starts_and_says_why(monkeypatch):
+    warnings = []
+    monkeypatch.setattr(cjk_font, "bundled_font", lambda: None)
+    serverapp = _serverapp()
+    serverapp.log.warning = warnings.append
+    lab._load_jupyter_server_extension(serverapp)
+    assert serverapp.web_app.handlers == [] and serverapp.web_app.transforms == [object]
+    assert "mplfonts" in warnings[0]
+
+
+def test_the_fonts_licence_notice_ships_with_the_course():
+    """The SIL Open Font License asks that its text and the font's copyright notice go with the font."""
+    from fontTools.ttLib import TTFont
+
+    notice = cjk_font.LICENCE_NOTICE.read_text(encoding="utf-8")
+    assert "Noto Sans CJK SC" in notice and "mplfonts" in notice
+    assert "SIL OPEN FONT LICENSE Version 1.1" in notice and "PERMISSION & CONDITIONS" in notice
+    assert "TERMINATION" in notice and "DISCLAIMER" in notice
+    font = cjk_font.bundled_font()
+    if font is not None:  # the copyright line is the one in the font itself
+        assert TTFont(font, lazy=True)["name"].getDebugName(0) in notice
+    package_data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    assert cjk_font.LICENCE_NOTICE.relative_to(ROOT / "tfcourse").as_posix() in package_data["tfcourse"]

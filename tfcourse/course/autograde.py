@@ -34,6 +34,7 @@ from nbformat.v4 import new_markdown_cell
 from nbgrader.preprocessors import NbGraderPreprocessor
 
 from ..messages import say
+from .cjk_font import with_embedded_font
 from .demos import MarkDemonstrations, RestoreDemonstrations, SkipDemonstrations
 from .mathml import markdown_with_mathml
 
@@ -271,14 +272,19 @@ def localized_feedback(html: str, language: str) -> str:
 
 
 def feedback_exporter() -> type:
-    """nbgrader's feedback exporter, speaking the notebook's language (the Chinese edition's says "zh")."""
+    """nbgrader's feedback exporter, speaking the notebook's language (the Chinese edition's says "zh").
+
+    A report with Chinese in it carries the font for it (the characters it uses, cut from the bundled
+    Noto Sans CJK SC): the report is a file read anywhere, often where no Chinese font is installed.
+    """
     from nbconvert import HTMLExporter
 
     class FeedbackExporter(HTMLExporter):
         def from_notebook_node(self, nb: Any, resources: dict | None = None, **kw: Any) -> tuple[str, dict]:
             html, resources = super().from_notebook_node(nb, resources, **kw)
             language = nb.metadata.get("tfcourse", {}).get("language", "en")
-            return (localized_feedback(html, language) if language != "en" else html), resources
+            html = localized_feedback(html, language) if language != "en" else html
+            return with_embedded_font(html), resources
 
     return FeedbackExporter
 
