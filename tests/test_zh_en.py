@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tfcourse.data import make_chinese_english_pairs
+from tfcourse.data import CHINESE_WORDS, make_chinese_english_pairs
 from tfcourse.data.zh_en import ANIMALS, PRONOUNS, VERBS, NounPhrase, action_pair, location_pair, weather_pair
 from tfcourse.training.translation import CORPORA, TranslationRecipe, build_vocabularies, train_translator, words
 
@@ -56,3 +56,20 @@ def test_a_recipe_names_its_corpus_and_rejects_an_unknown_one():
     assert set(CORPORA) == {"en-fr", "zh-en"}
     with pytest.raises(ValueError, match="corpus must be one of"):
         train_translator(TranslationRecipe(corpus="xx-yy"))
+
+
+def _can_segment(sentence: str, vocabulary: frozenset[str]) -> bool:
+    """Can `sentence` be cut into words of `vocabulary`? (dynamic programming over its prefixes)"""
+    reachable = [True] + [False] * len(sentence)
+    for end in range(1, len(sentence) + 1):
+        reachable[end] = any(reachable[start] and sentence[start:end] in vocabulary for start in range(end))
+    return reachable[-1]
+
+
+def test_every_sentence_is_made_of_the_listed_words():
+    # Lesson 01 tells a token inside one word from one across words with CHINESE_WORDS: a word the
+    # grammar writes but the list lacks would count its tokens as crossing.
+    sentences = [chinese for chinese, _ in make_chinese_english_pairs(3000, seed=0)]
+    assert all(_can_segment(sentence, CHINESE_WORDS) for sentence in sentences)
+    assert not _can_segment("今天猫追球", CHINESE_WORDS)  # 球 is no word of the grammar
+    assert {"老鼠", "天气", "只", "了"} <= CHINESE_WORDS and "只猫" not in CHINESE_WORDS

@@ -10,7 +10,7 @@
 from .batching import get_batch, train_val_split
 from .en_fr import make_translation_pairs, split_translation_pairs, translate_english
 from .recall import recall_batch
-from .zh_en import make_chinese_english_pairs
+from .zh_en import CHINESE_WORDS, make_chinese_english_pairs
 from .shakespeare import (DATA_DIR_ENV, TINY_SHAKESPEARE_SHA256, CharCorpus, ChecksumMismatchError,
                           DatasetUnavailableError, char_corpus, load_tiny_shakespeare)
 
@@ -18,4 +18,5 @@ __all__ = [
     "load_tiny_shakespeare", "char_corpus", "CharCorpus", "DatasetUnavailableError", "ChecksumMismatchError", "DATA_DIR_ENV",
     "TINY_SHAKESPEARE_SHA256", "train_val_split", "get_batch", "make_translation_pairs",
     "split_translation_pairs", "translate_english", "recall_batch", "make_chinese_english_pairs",
+    "CHINESE_WORDS",
 ]

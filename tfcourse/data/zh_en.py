@@ -98,6 +98,15 @@ TIMES = {"": "", "今天": "today", "昨天": "yesterday", "明天": "tomorrow"}
 TENSES = {"": "present", "今天": "present", "昨天": "past", "明天": "future"}
 WEATHER = {"好": "nice", "冷": "cold", "热": "hot"}
 DEGREES = {"真": "really", "很": "very"}
+# The words the sentences are made of (the grammar writes them without spaces): lesson 01 uses them to
+# tell a token inside one word (老鼠, 天气) from one that runs across words (只猫, 今天天气).
+FUNCTION_WORDS = ("了", "没", "不", "会", "在")
+CHINESE_WORDS = frozenset(
+    [noun.chinese for noun in ANIMALS] + [noun.measure for noun in ANIMALS]
+    + [pronoun.chinese for pronoun in PRONOUNS] + list(ADJECTIVES) + list(NUMBERS)
+    + [verb.chinese for verb in VERBS] + list(FUNCTION_WORDS)
+    + list(PLACES) + [side for _, sides in PLACES.values() for side in sides]
+    + [time for time in TIMES if time] + ["天气"] + list(WEATHER) + list(DEGREES))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -262,4 +271,4 @@ def make_chinese_english_pairs(n: int, seed: int = 0) -> list[tuple[str, str]]:
     return list(pairs.items())
 
 
-__all__ = ["make_chinese_english_pairs", "action_pair", "location_pair", "weather_pair", "NounPhrase", "ANIMALS", "PRONOUNS", "VERBS", "PLACES"]
+__all__ = ["make_chinese_english_pairs", "action_pair", "location_pair", "weather_pair", "NounPhrase", "ANIMALS", "PRONOUNS", "VERBS", "PLACES", "CHINESE_WORDS"]
