@@ -120,3 +120,11 @@ def test_the_feedback_report_says_its_own_words_in_chinese():
         '<h4>03_attention (得分：2.0 / 4.0)</h4><li><a href="#x">测试单元格</a> (得分：1 / 1)</li>'
     assert "Score" not in localized_feedback(html, "zh")
 
+
+
+@pytest.mark.parametrize(("message", "plain"), [
+    ("这是*重点*内容，`d_k` 要开方", "这是重点内容，'d_k' 要开方"), ("the *first* one", "the first one"),
+    ("2 * d and 3 * e", "2 * d and 3 * e"), ("a*b*c", "a*b*c"),
+])
+def test_plain_text_drops_emphasis_next_to_chinese_too(message, plain):
+    assert messages.plain_text(message) == plain

@@ -11,7 +11,7 @@ import torch
 
 from tfcourse import manifest
 from tfcourse.course.demos import GUESS as PREDICTION  # a prediction line: `NAME = None  # your guess ...`
-from tfcourse.course.predict import NO_PREDICTION, compare_prediction
+from tfcourse.course.predict import compare_prediction
 
 ROOT = Path(__file__).resolve().parents[1]
 LESSONS = [lesson.folder for lesson in manifest.lessons() if lesson.folder != "00_big_picture"]
@@ -29,7 +29,18 @@ def test_a_prediction_is_compared_with_the_measurement(predicted, measured, verd
 
 
 def test_no_prediction_shows_the_measurement_and_invites_a_guess():
-    assert compare_prediction(None, 7, "the answer") == f"the answer: 7  {NO_PREDICTION}"
+    assert compare_prediction(None, 7, "the answer").startswith("the answer: 7  (no prediction written: next time")
+
+
+@pytest.mark.parametrize(("predicted", "measured", "line"), [
+    (100, 104, "the thing：你预测 100，实测 104：✔ 对了（误差在 10% 以内）"),
+    (10, 40, "the thing：你预测 10，实测 40：✘ 太低，差了 4 倍"),
+    ("LSTM", "Transformer layer", "the thing：你预测 'LSTM'，实际是 'Transformer layer'：✘ 不是这个"),
+])
+def test_a_chinese_lesson_compares_in_chinese(predicted, measured, line, monkeypatch):
+    monkeypatch.setenv("TFCOURSE_LANGUAGE", "zh")
+    assert compare_prediction(predicted, measured, "the thing") == line
+    assert compare_prediction(None, 7, "the answer").startswith("the answer：7  （没有写下预测")
 
 
 def predict_cells(folder: str) -> list[str]:

@@ -44,7 +44,9 @@ def set_lesson_language(language: str) -> None:
 def plain_text(message: str) -> str:
     """The message without Markdown: *emphasis* loses its asterisks and `code` becomes 'code'
     (a traceback shows text as it is). A lone * (2 * d) stays."""
-    message = re.sub(r"(?<![\w*])\*(?=\S)([^*\n]*?\S)\*(?![\w*])", r"\1", message)
+    # Latin letters and digits only: a Chinese character right before or after the asterisks is still
+    # text around *emphasis* (Python counts 汉字 as \w, as word characters).
+    message = re.sub(r"(?<![A-Za-z0-9_*])\*(?=\S)([^*\n]*?\S)\*(?![A-Za-z0-9_*])", r"\1", message)
     return re.sub(r"`([^`\n]+)`", r"'\1'", message)
 
 

@@ -17,8 +17,7 @@ from typing import Any
 
 import torch
 
-NO_PREDICTION = ("(no prediction written: next time put your guess in the variable first, then run the "
-                 "cell — a guess you committed to teaches more than an answer you read)")
+from ..messages import say
 
 
 def _plain(value: Any) -> Any:
@@ -36,12 +35,17 @@ def _is_number(value: Any) -> bool:
 
 def _closeness(predicted: float, measured: float, tolerance: float) -> str:
     if predicted == measured or (measured != 0 and abs(predicted - measured) <= tolerance * abs(measured)):
-        return "✔ right" + ("" if predicted == measured else f" (within {tolerance:.0%})")
+        return say("✔ right") if predicted == measured else say(f"✔ right (within {tolerance:.0%})")
     if measured == 0 or predicted == 0 or (predicted < 0) != (measured < 0):
-        return f"✘ off by {abs(predicted - measured):.3g}"
+        return say(f"✘ off by {abs(predicted - measured):.3g}")
     ratio = max(predicted / measured, measured / predicted)
-    direction = "too high" if abs(predicted) > abs(measured) else "too low"
-    return f"✘ {direction}, by a factor of {ratio:.3g}" if ratio >= 1.5 else f"✘ {direction}, by {abs(ratio - 1):.0%}"
+    if abs(predicted) > abs(measured):
+        return say(f"✘ too high, by a factor of {ratio:.3g}") if ratio >= 1.5 else say(f"✘ too high, by {abs(ratio - 1):.0%}")
+    return say(f"✘ too low, by a factor of {ratio:.3g}") if ratio >= 1.5 else say(f"✘ too low, by {abs(ratio - 1):.0%}")
+
+
+def _same_or_not(same: bool) -> str:
+    return say("✔ right") if same else say("✘ not that")
 
 
 def compare_prediction(prediction: Any, measured: Any, what: str, *, tolerance: float = 0.1) -> str:
@@ -52,21 +56,22 @@ def compare_prediction(prediction: Any, measured: Any, what: str, *, tolerance: 
     """
     predicted, actual = _plain(prediction), _plain(measured)
     if predicted is None:
-        line = f"{what}: {actual!r}  {NO_PREDICTION}"
+        line = say(f"{what}: {actual!r}  (no prediction written: next time put your guess in the variable first, "
+                   "then run the cell — a guess you committed to teaches more than an answer you read)")
     elif _is_number(predicted) and _is_number(actual):
-        line = f"{what}: you predicted {predicted!r}, measured {actual:.4g}: {_closeness(predicted, actual, tolerance)}"
+        line = say(f"{what}: you predicted {predicted!r}, measured {actual:.4g}: {_closeness(predicted, actual, tolerance)}")
     elif isinstance(predicted, str) and isinstance(actual, str):
         same = predicted.strip().lower() == actual.strip().lower()
-        line = f"{what}: you predicted {predicted!r}, it is {actual!r}: {'✔ right' if same else '✘ not that'}"
+        line = say(f"{what}: you predicted {predicted!r}, it is {actual!r}: {_same_or_not(same)}")
     else:
         if isinstance(predicted, Sequence) and not isinstance(predicted, str):
             predicted = tuple(predicted)
         if isinstance(actual, Sequence) and not isinstance(actual, str):
             actual = tuple(actual)
         same = predicted == actual
-        line = f"{what}: you predicted {predicted!r}, it is {actual!r}: {'✔ right' if same else '✘ not that'}"
+        line = say(f"{what}: you predicted {predicted!r}, it is {actual!r}: {_same_or_not(same)}")
     print(line)
     return line
 
 
-__all__ = ["compare_prediction", "NO_PREDICTION"]
+__all__ = ["compare_prediction"]
