@@ -12,7 +12,7 @@ import nbformat
 import pytest
 import torch
 
-from tfcourse.course.assemble import (REFERENCE, SAVE_FIRST, _saved_when, reference_parts, your_gpt_config,
+from tfcourse.course.assemble import (REFERENCE, _saved_when, save_first, reference_parts, your_gpt_config,
                                       your_parts, your_transformer_config)
 from tfcourse.data import get_batch
 from tfcourse.decoding import generate, translate
@@ -44,7 +44,7 @@ def test_every_solution_component_is_taken_from_its_notebook(parts):
         assert origin != REFERENCE and why == "its check passed", f"{key}: {origin} ({why})"
     table = parts.table(markdown=True)
     assert table.count("\n") == len(parts.rows()) + 3 and "02_embeddings" in table  # the note, a blank, the header
-    assert table.startswith(f"*{SAVE_FIRST}*")  # the notebooks are read as saved: the learner is told so
+    assert table.startswith(f"*{save_first()}*")  # the notebooks are read as saved: the learner is told so
 
 
 @pytest.mark.parametrize("norm_first", [True, False])
@@ -127,6 +127,21 @@ def test_the_table_says_when_each_notebook_was_saved():
     assert _saved_when(noon, now=noon + 3 * 60).endswith(", 3 min ago")
     assert _saved_when(noon, now=noon + 5 * 3600).endswith(", 5 h ago")
     assert _saved_when(noon, now=noon + 3 * 86400).count("-") == 2  # older than a day: the date as well
+
+
+def test_a_chinese_lessons_table_says_why_in_chinese(tmp_path, monkeypatch):
+    from tfcourse import messages
+
+    monkeypatch.setattr(messages, "_lesson_language", ["zh"])  # what a Chinese lesson's setup cell sets
+    monkeypatch.delenv("TFCOURSE_LANGUAGE", raising=False)
+    folder = _lessons_copy(tmp_path, {"05_blocks": ("layer_norm_impl", "unbiased=False", "unbiased=True")})
+    parts = your_parts(folder)
+    rows = {key: why for key, _, why in parts.rows()}
+    assert rows["LayerNorm"].startswith("没有通过检查：") and rows["input layer"] == "它的检查已通过"
+    # The composite's own line is read in English, and said in Chinese.
+    assert rows["encoder layer"] == "换上参考实现的 LayerNorm 后，它的检查通过了（请先修好 Exercise 1 (LayerNorm)）"
+    table = parts.table(markdown=True)
+    assert "| 组件 | 来源 | 保存时间 | 原因 |" in table and table.startswith("*读取的是你保存在磁盘上的笔记本")
 
 
 def test_a_failing_component_falls_back_and_the_table_says_why(tmp_path):
@@ -258,7 +273,7 @@ def test_this_lessons_parts_takes_yours_when_it_passes_and_the_reference_otherwi
     assert rows["label_smoothed_cross_entropy"][1].startswith("fails its check: ")
     assert pipeline.obj("label_smoothed_cross_entropy") is translation.smoothed_cross_entropy
     assert rows["encoder_decoder_forward"] == (REFERENCE, "no encoder_decoder_forward in this notebook: run its cell")
-    assert not pipeline.table().startswith(SAVE_FIRST)  # nothing was read from disk
+    assert not pipeline.table().startswith(save_first())  # nothing was read from disk
 
 
 def test_an_attention_that_reads_its_weights_itself_keeps_the_inputs_cache(tmp_path):

@@ -18,21 +18,40 @@ nbgrader, where a kernel cannot read its notebook), and $TFCOURSE_LANGUAGE overr
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 LANGUAGES = ("en", "zh")  # "en": the source; "zh": the Chinese edition, made from it
 _lesson_language = ["en"]  # what the lesson's setup cell said
+_forced: list[str] = []  # languages set by in_language(), the innermost last
 _FIELD = re.compile(r"\{\{|\}\}|\{(\d+)\}")  # a doubled brace, or a value's place
 
 
 def lesson_language() -> str:
-    """The language this kernel speaks to the learner: $TFCOURSE_LANGUAGE if set, else the lesson's own."""
+    """The language this kernel speaks to the learner: $TFCOURSE_LANGUAGE if set, else the lesson's own
+    (inside `in_language`, that one's)."""
+    if _forced:
+        return _forced[-1]
     chosen = os.environ.get("TFCOURSE_LANGUAGE") or _lesson_language[0]
     return chosen if chosen in LANGUAGES else "en"
+
+
+@contextlib.contextmanager
+def in_language(language: str) -> Iterator[None]:
+    """Speak `language` inside the block, whatever the lesson's: the package reads a check's English
+    lines (a composite's ✔ line) before it says them in the learner's language."""
+    if language not in LANGUAGES:
+        raise ValueError(f"language must be one of {LANGUAGES}, got {language!r}")
+    _forced.append(language)
+    try:
+        yield
+    finally:
+        _forced.pop()
 
 
 def set_lesson_language(language: str) -> None:

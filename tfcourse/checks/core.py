@@ -929,10 +929,10 @@ def _judge_composite(check: Callable, learner_obj: Any, hidden: bool, parts: Map
 def with_the_references(culprits: Sequence[tuple[str, str]]) -> str:
     """'with the reference LayerNorm in place': how a composite's line (and your_parts()' table)
     says which earlier parts stood in for the learner's."""
-    return f"with the reference {_and([name for name, _ in culprits])} in place"
+    return say(f"with the reference {_and([name for name, _ in culprits])} in place")
 
 
-COMPOSITE_LINE = re.compile(r"is right (with the reference .+? in place) — (fix .+? first)")
+COMPOSITE_LINE = re.compile(r"is right with the reference (.+?) in place — fix (.+?) first")  # in English
 
 
 def _stand_in(reference: Any) -> Any:

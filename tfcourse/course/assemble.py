@@ -48,6 +48,7 @@ from ..attention import KVCache
 from ..layouts import attention_layout
 from ..models import GPT, GPTConfig, Transformer, TransformerConfig, attention_class, layer_options
 from ..checks.adapters import called_like_the_lessons
+from ..messages import in_language, say
 from .notebook_import import NotebookImportError, import_from_notebook
 
 REFERENCE = "tfcourse reference"
@@ -111,34 +112,40 @@ def _run_check(component: Component, obj: Any) -> tuple[str | None, str]:
     """
     from ..checks.core import COMPOSITE_LINE, CheckFailed
 
+    # In English, whatever the lesson's language: the composite's ✔ line is read here, and the
+    # table says what it found in the learner's language (say).
+
     module_name, _, function = component.check.rpartition(".")
     check = getattr(importlib.import_module(f"tfcourse.checks.{module_name}"), function)
     output = io.StringIO()
     try:
-        with contextlib.redirect_stdout(output):
+        with in_language("en"), contextlib.redirect_stdout(output):
             check(obj)  # the check's ✔ line is not news here
     except CheckFailed as failure:
         return str(failure).splitlines()[0], ""
     except Exception as error:  # noqa: BLE001 - any crash means: not usable, say why in one line
         return f"{type(error).__name__}: {error}", ""
     composite = COMPOSITE_LINE.search(output.getvalue())
-    return None, "its check passed" + (f" {composite.group(1)} ({composite.group(2)})" if composite else "")
+    if composite:
+        references, exercises = composite.groups()
+        return None, say(f"its check passed with the reference {references} in place (fix {exercises} first)")
+    return None, say("its check passed")
 
 
 def _find(component: Component, folder: Path) -> Source:
     notebook = folder / component.lesson / f"{component.lesson}.ipynb"
     reference = component.reference()
     if not notebook.is_file():
-        return Source(component, reference, REFERENCE, f"no notebook at {_shown(notebook, folder)}")
+        return Source(component, reference, REFERENCE, say(f"no notebook at {_shown(notebook, folder)}"))
     saved = notebook.stat().st_mtime  # what is read is the notebook as last saved
     try:
         obj = import_from_notebook(notebook, component.name)
     except NotebookImportError as error:  # (its message names the notebook: by the path the table shows)
         message = str(error).replace(str(notebook), _shown(notebook, folder))
-        return Source(component, reference, REFERENCE, f"unfinished: {message}", saved)
+        return Source(component, reference, REFERENCE, say(f"unfinished: {message}"), saved)
     problem, passed = _run_check(component, obj)
     if problem is not None:
-        return Source(component, reference, REFERENCE, f"fails its check: {problem}", saved)
+        return Source(component, reference, REFERENCE, say(f"fails its check: {problem}"), saved)
     return Source(component, obj, _shown(notebook, folder), passed, saved)
 
 
@@ -149,13 +156,14 @@ def _saved_when(mtime: float | None, now: float | None = None) -> str:
     minutes = ((time.time() if now is None else now) - mtime) / 60
     clock = time.strftime("%H:%M" if minutes < 24 * 60 else "%Y-%m-%d %H:%M", time.localtime(mtime))
     if minutes < 1:
-        return f"{clock}, just now"
-    return f"{clock}, {minutes:.0f} min ago" if minutes < 120 else f"{clock}, {minutes / 60:.0f} h ago"
+        return say(f"{clock}, just now")
+    return say(f"{clock}, {minutes:.0f} min ago") if minutes < 120 else say(f"{clock}, {minutes / 60:.0f} h ago")
 
 
-# The table reads files: an edit the learner has not saved is not in them.
-SAVE_FIRST = ("Read from your notebooks as saved on disk: save a lesson (Ctrl+S) before running this cell, "
-              "or its latest changes are not seen.")
+def save_first() -> str:
+    """The table's first line: it reads files, and an edit the learner has not saved is not in them."""
+    return say("Read from your notebooks as saved on disk: save a lesson (Ctrl+S) before running this cell, "
+               "or its latest changes are not seen.")
 
 
 def _shown(notebook: Path, folder: Path) -> str:
@@ -360,14 +368,14 @@ class Parts:
         for key in self.sources:
             _trace("shown", key)
         saved = {key: _saved_when(s.saved) for key, s in self.sources.items()}
-        note = [SAVE_FIRST] if any(s.saved is not None for s in self.sources.values()) else []  # files were read
+        note = [save_first()] if any(s.saved is not None for s in self.sources.values()) else []  # files were read
         if markdown:
-            lines = [*(f"*{n}*" for n in note), *([""] if note else []), "| component | from | saved | why |",
+            lines = [*(f"*{n}*" for n in note), *([""] if note else []), say("| component | from | saved | why |"),
                      "| --- | --- | --- | --- |"]
             lines += [f"| {k} | `{o}` | {saved[k]} | {w.replace('|', '/')} |" for k, o, w in self.rows()]
             return "\n".join(lines)
         width = max(len(k) for k, _, _ in self.rows())
-        rows = [f"{k:<{width}}  {o}  (saved {saved[k]}; {w})" if saved[k] != "-" else f"{k:<{width}}  {o}  ({w})"
+        rows = [f"{k:<{width}}  {o}  ({say(f'saved {saved[k]}')}; {w})" if saved[k] != "-" else f"{k:<{width}}  {o}  ({w})"
                 for k, o, w in self.rows()]
         return "\n".join([*note, *rows])
 
@@ -537,7 +545,7 @@ def this_lessons_parts(lesson: str, yours: dict[str, Any], references: dict[str,
         component = Component(name, lesson, name, exercise.check, lambda reference=reference: reference)
         obj = yours.get(name)
         if obj is None:
-            sources[name] = Source(component, reference, REFERENCE, f"no {name} in this notebook: run its cell")
+            sources[name] = Source(component, reference, REFERENCE, say(f"no {name} in this notebook: run its cell"))
             continue
         problem, passed = _run_check(component, obj)
         # Your layer calls your earlier exercises by name (exercise 5 calls your apply_rope): it is yours only
@@ -545,11 +553,12 @@ def this_lessons_parts(lesson: str, yours: dict[str, Any], references: dict[str,
         not_ready = [part for part in exercise.builds_on if part in sources and not sources[part].is_yours]
         if problem is not None:
             unfinished = "NotImplementedError" in problem
-            why = "unfinished: finish that exercise first" if unfinished else f"fails its check: {problem}"
+            why = say("unfinished: finish that exercise first") if unfinished else say(f"fails its check: {problem}")
             sources[name] = Source(component, reference, REFERENCE, why)
         elif not_ready:
-            sources[name] = Source(component, reference, REFERENCE, f"its check passed, but it calls your "
-                                   f"{' and '.join(not_ready)}: the reference stands in until those pass (see their rows)")
+            sources[name] = Source(component, reference, REFERENCE, say(
+                f"its check passed, but it calls your {' and '.join(not_ready)}: the reference stands in until "
+                "those pass (see their rows)"))
         else:
             sources[name] = Source(component, obj, THIS_NOTEBOOK, passed)
     return Parts(sources)
