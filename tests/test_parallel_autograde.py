@@ -132,8 +132,10 @@ def test_jobs_2_writes_the_gradebook_serial_autograde_writes_and_a_hang_costs_on
     assert not (parallel / "autograded" / "adam").exists()
     for student in ("alice", "bob", "carol"):
         assert (parallel / "autograded" / student / LESSON / f"{LESSON}.ipynb").exists()
-    # Both runs together stay well inside the time box; the hang is cut at HANG_AFTER.
-    assert parallel_seconds < HANG_AFTER + 60
+    # The hang is cut at HANG_AFTER: it costs at most about that on top of grading the others, which
+    # takes no longer than the serial run (compared with it, not with a fixed time: a loaded machine
+    # slows both).
+    assert parallel_seconds < serial_seconds + 2 * HANG_AFTER, (parallel_seconds, serial_seconds)
     # No kernel outlives the command, the hanging one included (it ignored SIGINT).
     kernel = int(pid_file.read_text())
     for _ in range(20):  # (it is reaped by init once its worker is gone)
