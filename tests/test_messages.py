@@ -128,3 +128,34 @@ def test_the_feedback_report_says_its_own_words_in_chinese():
 ])
 def test_plain_text_drops_emphasis_next_to_chinese_too(message, plain):
     assert messages.plain_text(message) == plain
+
+
+def _layer_norm_over_the_batch():
+    from test_checks_blocks import _ln_wrong_dim, make_layer_norm
+    from tfcourse.checks.blocks import check_layer_norm
+    return check_layer_norm, make_layer_norm(_ln_wrong_dim(0))
+
+
+def _lstm_with_tanh_on_the_forget_gate():
+    from test_checks_rnn import make_lstm
+    from tfcourse.checks.rnn import check_lstm_cell
+    return check_lstm_cell, make_lstm(tanh_on="f")
+
+
+@pytest.mark.parametrize("make, english, in_chinese_words", [
+    (_layer_norm_over_the_batch, "the batch dimension", "批次维（dim 0）"),
+    (_lstm_with_tanh_on_the_forget_gate, "forget gate", "遗忘门 f"),
+])
+def test_a_phrase_put_into_a_message_is_chinese_too(make, english, in_chinese_words, monkeypatch):
+    """Whether the check speaks Chinese itself or its English line is translated afterwards (as the
+    provenance table does), the phrase that fills a template's value is Chinese, not left in English."""
+    check, learner = make()
+    with pytest.raises(CheckFailed) as failure:
+        check(learner)
+    said_afterwards = messages.say(str(failure.value), "zh")
+    monkeypatch.setattr(messages, "_lesson_language", ["zh"])
+    monkeypatch.delenv("TFCOURSE_LANGUAGE", raising=False)
+    with pytest.raises(CheckFailed) as failure:
+        check(learner)
+    for message in (str(failure.value), said_afterwards):
+        assert in_chinese_words in message and english not in message, message

@@ -20,6 +20,7 @@ from torch import Tensor, nn
 
 from ..attention import causal_mask, padding_mask
 from ..blocks import DecoderLayer, Encoder, EncoderLayer, LayerNorm, sublayer_connection
+from ..messages import say
 from ..models import trace_shapes
 from .adapters import called_like_the_lessons
 from .debugging import PlantedBug, debug_exercise
@@ -170,11 +171,11 @@ def _layer_norm_mistakes(x: Tensor, weight: Tensor, bias: Tensor, eps: float) ->
     # The wrong dimension: statistics over the batch or over time instead of over the features.
     wrong_dims: list[tuple[str, tuple[int, ...]]] = []
     if x.dim() >= 2:
-        wrong_dims.append(("the batch dimension (dim 0), like BatchNorm", (0,)))
+        wrong_dims.append((say("the batch dimension (dim 0), like BatchNorm"), (0,)))
     if x.dim() >= 3:
-        wrong_dims.append(("the time dimension (dim 1)", (1,)))
-        wrong_dims.append(("all dimensions of each example (time *and* features)", tuple(range(1, x.dim()))))
-        wrong_dims.append(("the whole tensor", tuple(range(x.dim()))))
+        wrong_dims.append((say("the time dimension (dim 1)"), (1,)))
+        wrong_dims.append((say("all dimensions of each example (time *and* features)"), tuple(range(1, x.dim()))))
+        wrong_dims.append((say("the whole tensor"), tuple(range(x.dim()))))
     for where, dims in wrong_dims:
         m = x.mean(dim=dims, keepdim=True)
         v = x.var(dim=dims, keepdim=True, unbiased=False)

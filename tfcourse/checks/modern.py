@@ -25,6 +25,7 @@ from torch import Tensor, nn
 from .. import modern
 from ..attention import KVCache, causal_mask, padding_mask, scaled_dot_product_attention
 from ..modern import GroupedQueryAttention, RMSNorm, SwiGLUFeedForward, apply_rope, swiglu_hidden_size
+from ..messages import say
 from .core import (Case, CheckFailed, Exercise, build_module, call_learner, composite, compare, expect_portable,
                    isolated, load_reference_weights, one_thread, run, run_case)
 
@@ -100,7 +101,7 @@ def _rms_norm_mistakes(x: Tensor, weight: Tensor, eps: float) -> dict[str, Tenso
         mistakes[f"RMSNorm with eps = 1e-6 although eps={eps} was passed: use self.eps"] = (
             weight * x / torch.sqrt(mean_square + 1e-6))
     if x.dim() >= 2:
-        for where, dim in (("the batch dimension (dim 0)", 0), ("the time dimension (dim 1)", 1))[: x.dim() - 1]:
+        for where, dim in ((say("the batch dimension (dim 0)"), 0), (say("the time dimension (dim 1)"), 1))[: x.dim() - 1]:
             mistakes[f"RMSNorm with the mean of the squares over {where} instead of the features (dim=-1)"] = (
                 weight * x / torch.sqrt(x.pow(2).mean(dim=dim, keepdim=True) + eps))
     return mistakes

@@ -24,6 +24,7 @@ from torch import Tensor
 from ..data.mlm import IGNORE_INDEX
 from ..data.mlm import masked_lm_loss as reference_masked_lm_loss
 from ..ffn import gelu_tanh as reference_gelu_tanh
+from ..messages import say
 from ..pretrained import convert_gpt2_attention as reference_convert
 from .core import Case, CheckFailed, Exercise, call_learner, compare, isolated, run, seeded
 
@@ -96,22 +97,22 @@ def check_gelu_tanh(learner_fn: Callable, hidden: bool = False) -> None:
 # ----------------------------------------------------------------------------------------------
 
 _KEYS = ("w_q.weight", "w_q.bias", "w_k.weight", "w_k.bias", "w_v.weight", "w_v.bias", "w_o.weight", "w_o.bias")
-_ORDER_NOTE = "GPT-2 stores q, then k, then v along c_attn's last axis"
 
 
 def _conversion_mistakes(c_attn_w: Tensor, c_attn_b: Tensor, c_proj_w: Tensor, c_proj_b: Tensor,
                          expected: dict[str, Tensor]) -> dict[str, dict[str, Tensor]]:
     d = c_attn_w.shape[0]
+    order_note = say("GPT-2 stores q, then k, then v along c_attn's last axis")
     untransposed = dict(zip("qkv", c_attn_w.split(d, dim=1)))  # (d, d) each, still (in, out)
     mistakes: dict[str, dict[str, Tensor]] = {key: {} for key in _KEYS}
     for p in "qkv":
         mistakes[f"w_{p}.weight"][
             "the right block of c_attn, not transposed: Conv1D stores (in, out), nn.Linear (out, in)"] = untransposed[p]
         for other in "qkv".replace(p, ""):
-            mistakes[f"w_{p}.weight"][f"the {other} block of c_attn ({_ORDER_NOTE})"] = expected[f"w_{other}.weight"]
-            mistakes[f"w_{p}.weight"][f"the {other} block of c_attn, not transposed ({_ORDER_NOTE})"] = \
+            mistakes[f"w_{p}.weight"][f"the {other} block of c_attn ({order_note})"] = expected[f"w_{other}.weight"]
+            mistakes[f"w_{p}.weight"][f"the {other} block of c_attn, not transposed ({order_note})"] = \
                 untransposed[other]
-            mistakes[f"w_{p}.bias"][f"the {other} part of c_attn's bias ({_ORDER_NOTE})"] = expected[f"w_{other}.bias"]
+            mistakes[f"w_{p}.bias"][f"the {other} part of c_attn's bias ({order_note})"] = expected[f"w_{other}.bias"]
     mistakes["w_o.weight"]["c_proj's weight not transposed: Conv1D stores (in, out), nn.Linear (out, in)"] = c_proj_w
     # A split of c_attn's *first* axis after no transpose gives the rows of every block interleaved:
     rows = c_attn_w.t().reshape(d, 3, d).permute(1, 0, 2)  # (3, d, d): q, k, v weights taken as every third row

@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from ..data.recall import recall_batch as reference_recall_batch
+from ..messages import say
 from ..rnn import path_length as reference_path_length
 from ..rnn import rnn_forward as reference_rnn_forward
 from ..rnn import torch_lstm_cell as reference_lstm_cell
@@ -155,9 +156,10 @@ def _lstm_mistakes(x: Tensor, h: Tensor, c: Tensor, w_xh: Tensor, w_hh: Tensor, 
         if order not in (tuple("ifgo"), tuple("figo")):  # (f, i, g, o) is the mistake above
             mistakes[f"the cell with its four chunks read as ({', '.join(order)}): PyTorch's order is i, f, g, o"] = \
                 step(order="".join(order))
-    for gate, name in zip("ifo", ("input", "forget", "output")):
-        mistakes[f"the cell with tanh instead of the sigmoid on the {name} gate {gate}: a gate is a fraction between "
-                 "0 and 1"] = step(tanh_gate=gate)
+    gates = {"i": say("the input gate i"), "f": say("the forget gate f"), "o": say("the output gate o")}
+    for gate, name in gates.items():
+        mistakes[f"the cell with tanh instead of the sigmoid on {name}: a gate is a fraction between 0 and 1"] = \
+            step(tanh_gate=gate)
     mistakes.update({
         "the cell with a sigmoid on the candidate g: g takes tanh, so that it can also lower the cell":
             step(sigmoid_candidate=True),
