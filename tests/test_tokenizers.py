@@ -257,6 +257,25 @@ def test_incremental_training_equals_full_recount(seed, vocab_size):
     assert train_bpe(text, vocab_size, [EOT])[1] == naive_train_bpe(text, vocab_size, [EOT])
 
 
+def repetitive_text(seed: int, alphabet: str, n_words: int = 300) -> str:
+    """Words of few letters, so that runs (aaaa), repeats (abab) and ties are everywhere."""
+    rng = random.Random(seed)
+    return " ".join("".join(rng.choice(alphabet) for _ in range(rng.randint(1, 9))) for _ in range(n_words))
+
+
+@pytest.mark.parametrize("text", [
+    "aaa aaaa aaaaa aaaaaa a aa",  # overlapping occurrences of (a, a)
+    "abab ababab aba bab abababab",  # a merge whose neighbours are its own pair
+    repetitive_text(0, "ab"),
+    repetitive_text(1, "abc"),
+    repetitive_text(2, "aé今"),  # multi-byte characters: merges inside one character first
+    "今天天气真好" * 30 + " 今天天气真好，明天呢？" * 7,
+])
+def test_training_on_runs_repeats_and_ties_equals_full_recount(text):
+    for vocab_size in (258, 275, 330):
+        assert train_bpe(text, vocab_size, [EOT])[1] == naive_train_bpe(text, vocab_size, [EOT]), vocab_size
+
+
 def test_training_stops_early_when_no_pair_is_left():
     text = "ab ab cd"
     vocab, merges = train_bpe(text, 10_000, [EOT])

@@ -9,6 +9,7 @@ so that common words become one token; the vocabulary size is a dial between the
 
 from __future__ import annotations
 
+import heapq
 import json
 import math
 import os
@@ -267,12 +268,18 @@ def count_pretokens(text: str, special_tokens: Sequence[str] = ()) -> dict[Word,
     on the (small) set of distinct words instead of the (large) text. Special tokens only
     act as boundaries here: they are added to the vocabulary whole, never learned.
     """
+    counts = _count_pretoken_strings(text, special_tokens)
+    return {tuple(bytes([b]) for b in pre.encode("utf-8")): n for pre, n in counts.items()}
+
+
+def _count_pretoken_strings(text: str, special_tokens: Sequence[str]) -> Counter[str]:
+    """Each distinct pre-token (a str) -> how often it occurs, the special tokens cut out."""
     specials = set(_check_special_tokens(special_tokens))
     counts: Counter[str] = Counter()
     for piece in split_on_special_tokens(text, special_tokens):
         if piece not in specials:
             counts.update(_GPT2_SPLIT.findall(piece))
-    return {tuple(bytes([b]) for b in pre.encode("utf-8")): n for pre, n in counts.items()}
+    return counts
 
 
 def _pairs(word: Word) -> Iterator[Pair]:
@@ -319,48 +326,116 @@ def _check_vocab_size(vocab_size: int, special_tokens: Sequence[str]) -> None:
         )
 
 
+def _descending(token: bytes) -> tuple[int, ...]:
+    """A sort key that orders tokens from the greatest to the smallest.
+
+    Each byte b becomes 255 - b, and a final 256 puts a prefix after the longer tokens that
+    start with it (b"ab" > b"a", so b"a" must sort later): _descending(x) < _descending(y)
+    exactly when x > y.
+    """
+    return (*(255 - b for b in token), 256)
+
+
+def _token_char(token_id: int) -> str:
+    """The one character that stands for a token while training: byte b is chr(b), merge k is
+    chr(256 + k), skipping the surrogates (U+D800-U+DFFF), which a str can hold but not print."""
+    return chr(token_id if token_id < 0xD800 else token_id + 0x800)
+
+
 class _PairStatistics:
     """Pair counts kept up to date while merging, so that no merge has to recount the corpus.
 
-    words[i] is the i-th distinct pre-token as it currently stands, freqs[i] how often it
-    occurs, counts[pair] the total count of a pair, and words_with[pair] the indices of the
-    words that contain it. A merge only touches the words that contain the merged pair.
+    A word is a string with one character per token (`_token_char`), so that merging a pair
+    is `str.replace` and "does this word hold the pair?" is `pair in word`, both in C. A
+    pair is then a 2-character string. words[i] is the i-th distinct pre-token as it
+    currently stands, freqs[i] how often it occurs, counts[pair] the total count of a pair,
+    and words_with[pair] the words that held it when it was counted (a word that has lost it
+    since is skipped). The best pair comes from a heap of (-count, descending key, pair): a
+    merge pushes a fresh entry for every pair whose count it changed, and an entry whose
+    count is no longer the pair's is dropped when it reaches the top (lazy deletion).
     """
 
-    def __init__(self, word_freqs: dict[Word, int]) -> None:
-        self.words: list[Word] = list(word_freqs)
-        self.freqs: list[int] = list(word_freqs.values())
-        self.counts: Counter[Pair] = count_pairs(word_freqs)
-        self.words_with: defaultdict[Pair, set[int]] = defaultdict(set)
-        for i, word in enumerate(self.words):
-            for pair in _pairs(word):
-                self.words_with[pair].add(i)
+    def __init__(self, pretoken_counts: Counter[str]) -> None:
+        # UTF-8 bytes read as Latin-1 give one character per byte, chr(b): the byte tokens.
+        self.words = [pretoken.encode("utf-8").decode("latin-1") for pretoken in pretoken_counts]
+        self.freqs = list(pretoken_counts.values())
+        self.token_bytes = {chr(b): bytes([b]) for b in range(256)}
+        self._keys = {char: _descending(token) for char, token in self.token_bytes.items()}
+        self.counts: defaultdict[str, int] = defaultdict(int)
+        self.words_with: defaultdict[str, set[int]] = defaultdict(set)
+        for i, (word, freq) in enumerate(zip(self.words, self.freqs)):
+            for k in range(len(word) - 1):
+                self.counts[word[k : k + 2]] += freq
+                self.words_with[word[k : k + 2]].add(i)
+        self.heap = [self._entry(pair) for pair in self.counts]
+        heapq.heapify(self.heap)
 
-    def best_pair(self) -> Pair:
+    def _entry(self, pair: str) -> tuple[int, tuple[tuple[int, ...], tuple[int, ...]], str]:
+        # The smallest entry is the most frequent pair; among equally frequent pairs, the
+        # lexicographically greatest (compared as tuples of bytes: the left token first).
+        return -self.counts[pair], (self._keys[pair[0]], self._keys[pair[1]]), pair
+
+    def best_pair(self) -> str:
         """The most frequent pair; among equally frequent pairs, the lexicographically greatest."""
-        # Tuples compare element by element: the count decides, and equal counts fall through
-        # to comparing the pairs themselves.
-        _, best = max((count, pair) for pair, count in self.counts.items())
-        return best
+        while True:
+            minus_count, _, pair = self.heap[0]
+            if self.counts.get(pair) == -minus_count:
+                return pair
+            heapq.heappop(self.heap)  # stale: the pair's count has changed since this entry
 
-    def merge(self, pair: Pair) -> None:
-        """Merge `pair` in every word containing it, updating only those words' pair counts."""
-        for i in self.words_with.pop(pair):
-            old, new, freq = self.words[i], merge_word(self.words[i], pair), self.freqs[i]
-            self.words[i] = new
-            # Take away all the old word's pairs, then add the new word's pairs: pairs that
-            # did not change cancel out, and the rest is exactly the effect of the merge.
-            for p in _pairs(old):
-                self.counts[p] -= freq
-                if self.counts[p] == 0:
+    def merge(self, pair: str) -> Pair:
+        """Merge `pair` in every word holding it, updating only those words' pair counts;
+        returns the merge as (left bytes, right bytes)."""
+        merged = _token_char(len(self.token_bytes))
+        left, right = self.token_bytes[pair[0]], self.token_bytes[pair[1]]
+        self.token_bytes[merged] = left + right
+        self._keys[merged] = _descending(left + right)
+        change: defaultdict[str, int] = defaultdict(int)
+        words, freqs, words_with = self.words, self.freqs, self.words_with  # locals: this loop is the hot one
+        for i in words_with.pop(pair):
+            old = words[i]
+            if pair not in old:
+                continue  # an earlier merge took the pair out of this word
+            new = words[i] = old.replace(pair, merged)  # left to right, no overlaps
+            freq = freqs[i]
+            if len(new) == len(old) - 1:  # one occurrence, the usual case: only its neighbours change
+                at = old.find(pair)
+                if at > 0:  # (before, left) becomes (before, merged)
+                    before = old[at - 1]
+                    change[before + pair[0]] -= freq
+                    change[before + merged] += freq
+                    words_with[before + merged].add(i)
+                if at + 2 < len(old):  # (right, after) becomes (merged, after)
+                    after = old[at + 2]
+                    change[pair[1] + after] -= freq
+                    change[merged + after] += freq
+                    words_with[merged + after].add(i)
+                continue
+            # Several occurrences: only the stretch from one token before the first to one token
+            # after the last changes; the words agree before and after it. Take away the old
+            # stretch's pairs and add the new stretch's: that is exactly the merge's effect.
+            start, unchanged_tail = max(old.find(pair) - 1, 0), len(old) - old.rfind(pair) - 2
+            old_stretch = old[start : len(old) - unchanged_tail + 1]
+            new_stretch = new[start : len(new) - unchanged_tail + 1]
+            for k in range(len(old_stretch) - 1):
+                change[old_stretch[k : k + 2]] -= freq
+            for k in range(len(new_stretch) - 1):
+                new_pair = new_stretch[k : k + 2]
+                change[new_pair] += freq
+                if merged in new_pair:  # only pairs with the new token are new to the word
+                    words_with[new_pair].add(i)
+        # No occurrence is left (str.replace took every one, and an overlapping one such as the
+        # second (a, a) of "aaa" went with its neighbour): the pair's count is simply gone.
+        del self.counts[pair]
+        change.pop(pair, None)
+        for p, delta in change.items():
+            if delta:
+                self.counts[p] += delta
+                if self.counts[p]:
+                    heapq.heappush(self.heap, self._entry(p))
+                else:
                     del self.counts[p]
-            for p in _pairs(new):
-                self.counts[p] += freq
-            new_pairs = set(_pairs(new))
-            for p in set(_pairs(old)) - new_pairs - {pair}:
-                self.words_with[p].discard(i)
-            for p in new_pairs:
-                self.words_with[p].add(i)
+        return left, right
 
 
 def _build_vocab(merges: list[Pair], special_tokens: Sequence[str]) -> dict[int, bytes]:
@@ -387,14 +462,12 @@ def train_bpe(
     _require_str(text)
     special_tokens = _check_special_tokens(special_tokens)
     _check_vocab_size(vocab_size, special_tokens)
-    stats = _PairStatistics(count_pretokens(text, special_tokens))
+    stats = _PairStatistics(_count_pretoken_strings(text, special_tokens))
     merges: list[Pair] = []
     for _ in range(vocab_size - _min_vocab_size(special_tokens)):
         if not stats.counts:
             break
-        pair = stats.best_pair()
-        stats.merge(pair)
-        merges.append(pair)
+        merges.append(stats.merge(stats.best_pair()))
     return _build_vocab(merges, special_tokens), merges
 
 
