@@ -204,6 +204,35 @@ def test_kv_cache_logits_match_full_forward():
     torch.testing.assert_close(torch.cat([first, *rest], dim=1), model(ids), atol=1e-5, rtol=1e-5)
 
 
+def test_a_cache_with_room_writes_in_place_and_holds_what_a_growing_cache_holds():
+    k, v = torch.randn(2, 3, 6, 4), torch.randn(2, 3, 6, 4)  # (B, n_heads, T, d_head)
+    growing, roomy = KVCache(), KVCache(capacity=8)
+    for start, stop in ((0, 3), (3, 4), (4, 6)):  # a prompt of 3, then one position at a time
+        expected = growing.append(k[:, :, start:stop], v[:, :, start:stop])
+        got = roomy.append(k[:, :, start:stop], v[:, :, start:stop])
+        assert all(torch.equal(a, b) for a, b in zip(got, expected)) and len(roomy) == stop
+        if start == 0:
+            room = roomy.k.data_ptr()
+        assert roomy.k.data_ptr() == room  # the same storage all along: no new tensor per append
+    with pytest.raises(ValueError, match="holds 6 positions and has room for 8: 3 more do not fit"):
+        roomy.append(k[:, :, :3], v[:, :, :3])
+    roomy.k, roomy.v = k[:, :, :2], v[:, :, :2]  # replaced from outside (lesson 07's inputs cache does this)
+    roomy.append(k[:, :, 2:3], v[:, :, 2:3])
+    assert torch.equal(roomy.k, k[:, :, :3]) and torch.equal(roomy.v, v[:, :, :3])
+
+
+def test_generation_caches_have_room_for_the_context_and_stop_early_at_eos():
+    model = tiny_gpt(4)
+    assert all(cache.capacity == model.config.max_len for cache in model.make_caches())
+    prompt = torch.randint(0, 23, (1, 5))
+    full = generate(model, prompt, 12, temperature=0)
+    eos = int(full[0, 7])  # the third new token
+    first = int((full[0, 5:] == eos).nonzero()[0])  # where it first appears among the new tokens
+    stopped = generate(model, prompt, 12, temperature=0, eos_id=eos)
+    assert torch.equal(stopped, full[:, : 5 + first + 1])  # the tokens up to and with the first eos
+    assert torch.equal(stopped, generate(model, prompt, 12, temperature=0, eos_id=eos, use_cache=False))
+
+
 def test_beam_search_with_beam_one_equals_greedy():
     model = tiny_gpt(6)
     prompt = torch.randint(0, 23, (1, 4))

@@ -31,7 +31,9 @@ def _time_to_loss(r: dict) -> list:
 # Each row of the table, by the start of its first cell: the benchmark's key in the file's results, and
 # the figures of its target cell and of its measured cell, in the order the cells quote them.
 ROWS = {
-    "BPE training": ("bpe", lambda t: [t["bpe_seconds"]], lambda r: [r["seconds"]]),
+    "BPE training": ("bpe", lambda t: [t["bpe_ratio"]],
+                     lambda r: [r["ratio"], r["seconds"], r["rust_seconds"]] if "ratio" in r else [r["seconds"]]),
+    "the same on its first": ("bpe", lambda t: [t["bpe_small_seconds"]], lambda r: [r["small_seconds"]]),
     "GPT training throughput": ("train", lambda t: [t["tokens_per_sec"]],
                                 lambda r: [r["tfcourse"]["tokens_per_sec"], r["tfcourse"]["steps"]]),
     "the same, against": ("train", lambda t: [t["ratio"]], lambda r: [r["ratio"], r["plain"]["tokens_per_sec"]]),
@@ -133,10 +135,10 @@ def test_the_generated_table_reads_back(latest):
 
 def test_a_drifted_figure_is_caught(latest):
     table = bench.readme_table(latest)
-    bpe = latest["results"]["bpe"]["seconds"]
-    drifted = table.replace(f"| {bpe:,.2f} s |", f"| {bpe + 0.5:,.2f} s |")
+    small = latest["results"]["bpe"]["small_seconds"]
+    drifted = table.replace(f"| {small:,.3f} s |", f"| {small + 0.5:,.3f} s |")
     assert drifted != table
-    assert any(problem.startswith("'BPE training'") for problem in disagreements(drifted, latest))
+    assert any(problem.startswith("'the same on its first'") for problem in disagreements(drifted, latest))
     other_machine = table.replace(f"torch {latest['machine']['torch']}", "torch 0.0")
     assert any("torch" in problem for problem in disagreements(other_machine, latest))
     missing = json.loads(json.dumps(latest))

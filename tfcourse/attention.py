@@ -9,7 +9,7 @@ A row whose keys are all masked attends to nothing: its weights and output are e
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -125,22 +125,46 @@ class KVCache:
     """Keys and values already computed for earlier positions, so generation computes each once.
 
     Self-attention appends the new positions' keys/values; cross-attention stores the encoder
-    memory's keys/values the first time and reuses them.
+    memory's keys/values the first time and reuses them. `KVCache()` grows by concatenation, a new
+    tensor at every append; `KVCache(capacity=n)` (what `GPT.make_caches` gives, n = max_len)
+    reserves room for n positions at its first append and writes each new position into place.
     """
 
     k: Tensor | None = None  # (B, n_heads, T_cached, d_head)
     v: Tensor | None = None  # (B, n_heads, T_cached, d_head)
+    capacity: int | None = None  # positions to reserve room for; None: grow by concatenation
+    _room: tuple[Tensor, Tensor] | None = field(default=None, repr=False, compare=False)
 
     def __len__(self) -> int:
         return 0 if self.k is None else self.k.shape[2]
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        if self.k is None:
-            self.k, self.v = k, v
-        else:
-            self.k = torch.cat([self.k, k], dim=2)  # (B, n_heads, T_cached + T_new, d_head)
-            self.v = torch.cat([self.v, v], dim=2)
+        if self.capacity is None:
+            if self.k is None:
+                self.k, self.v = k, v
+            else:
+                self.k = torch.cat([self.k, k], dim=2)  # (B, n_heads, T_cached + T_new, d_head)
+                self.v = torch.cat([self.v, v], dim=2)
+            return self.k, self.v
+        cached, new = len(self), k.shape[2]
+        if cached + new > self.capacity:
+            raise ValueError(f"the cache holds {cached} positions and has room for {self.capacity}: {new} more do "
+                             "not fit (a cache cannot slide past the context window, max_len)")
+        if self._room is None or self.k is None or self.k._base is not self._room[0]:
+            self._reserve(k, v, cached)  # the first append, or k and v were replaced from outside
+        room_k, room_v = self._room
+        room_k[:, :, cached : cached + new] = k  # written into place: no new tensor
+        room_v[:, :, cached : cached + new] = v
+        self.k, self.v = room_k[:, :, : cached + new], room_v[:, :, : cached + new]  # views of the room
         return self.k, self.v
+
+    def _reserve(self, k: Tensor, v: Tensor, cached: int) -> None:
+        """Room for `capacity` positions shaped like k and v, holding what is cached so far."""
+        room_k = k.new_empty(*k.shape[:2], self.capacity, k.shape[3])  # (B, n_heads, capacity, d_head)
+        room_v = v.new_empty(*v.shape[:2], self.capacity, v.shape[3])
+        if cached:
+            room_k[:, :, :cached], room_v[:, :, :cached] = self.k, self.v
+        self._room = (room_k, room_v)
 
 
 def _fused_mask(mask: Tensor | None, is_causal: bool, t_q: int, t_k: int) -> tuple[Tensor | None, bool]:

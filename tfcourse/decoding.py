@@ -83,21 +83,25 @@ def generate(model, ids: Tensor, max_new_tokens: int, temperature: float = 1.0, 
     model.eval()
     caches = model.make_caches() if use_cache else None
     finished = torch.zeros(ids.shape[0], dtype=torch.bool, device=ids.device)
-    new_input = ids
+    prompt_length = ids.shape[1]
+    out = ids.new_empty(ids.shape[0], prompt_length + max_new_tokens)  # (B, T + new), filled as we go
+    out[:, :prompt_length] = ids
+    length, new_input = prompt_length, ids
     for _ in range(max_new_tokens):
         if not use_cache:
-            new_input = ids[:, -max_len:]  # keep to the last max_len tokens (the context window)
+            new_input = out[:, max(0, length - max_len) : length]  # the last max_len tokens (the context window)
         logits = model(new_input, caches)[:, -1]  # (B, V): the prediction after the last token
         next_id = sample_next_token(logits, temperature, top_k, top_p, generator)  # (B,)
         if eos_id is not None:
             next_id = next_id.masked_fill(finished, eos_id)
             finished |= next_id == eos_id
-        ids = torch.cat([ids, next_id[:, None]], dim=1)  # (B, T + 1)
-        new_input = next_id[:, None]  # (B, 1): with a cache, only the new token goes in
+        out[:, length] = next_id
+        length += 1
+        new_input = out[:, length - 1 : length]  # (B, 1): with a cache, only the new token goes in
         if eos_id is not None and finished.all():
             break
     model.train(was_training)
-    return ids
+    return out[:, :length]
 
 
 def length_penalty(length: int, alpha: float) -> float:

@@ -460,7 +460,8 @@ class GPT(nn.Module):
         return self.output(hidden)  # (B, T, vocab_size)
 
     def make_caches(self) -> list[KVCache]:
-        return [KVCache() for _ in self.blocks.layers]
+        """One KVCache per block, each with room for max_len positions (filled in place, not regrown)."""
+        return [KVCache(capacity=self.config.max_len) for _ in self.blocks.layers]
 
 
 # ----------------------------------------------------------------------------------------------

@@ -299,7 +299,8 @@ def kv_cache_bytes(n_layers: int, batch: int, length: int, n_kv_heads: int, d_he
 
 
 def cache_bytes(caches: list[KVCache]) -> int:
-    """Bytes the tensors of a model's caches actually hold (measured, not computed from a formula)."""
+    """Bytes of the keys and values a model's caches hold, the positions filled so far (measured from the
+    tensors, not computed from a formula; the room a cache reserves for later positions is not counted)."""
     return sum(t.numel() * t.element_size() for cache in caches for t in (cache.k, cache.v) if t is not None)
 
 
