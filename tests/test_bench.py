@@ -30,6 +30,19 @@ def test_bench_bpe_reports_what_it_trained():
     assert len(train_bpe(text, 300, ["<|endoftext|>"])[1]) == report["merges"]
 
 
+def test_bench_encode_compares_the_same_ids():
+    rng = random.Random(1)
+    text = " ".join("".join(rng.choice("abcdefghij") for _ in range(rng.randint(1, 8))) for _ in range(3000))
+    report = bench.bench_encode(text, vocab_size=300, repeats=1)
+    assert report["mb_per_sec"] > 0 and report["megabytes"] == len(text) / 1e6
+    try:
+        import tiktoken  # noqa: F401  (the "pretrained" extra)
+    except ImportError:
+        assert "ratio" not in report
+    else:
+        assert report["tiktoken_mb_per_sec"] > 0 and report["ratio"] > 0
+
+
 def test_bench_training_and_kv_cache_run(monkeypatch):
     text = "".join(chr(97 + (i * 7) % 26) for i in range(3000))
     report = bench.bench_training(char_corpus(text), steps=3)

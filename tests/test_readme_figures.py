@@ -34,6 +34,9 @@ ROWS = {
     "BPE training": ("bpe", lambda t: [t["bpe_ratio"]],
                      lambda r: [r["ratio"], r["seconds"], r["rust_seconds"]] if "ratio" in r else [r["seconds"]]),
     "the same on its first": ("bpe", lambda t: [t["bpe_small_seconds"]], lambda r: [r["small_seconds"]]),
+    "encoding Tiny Shakespeare": ("encode", lambda t: [t["encode_ratio"]],
+                                  lambda r: [r["ratio"], r["mb_per_sec"], r["tiktoken_mb_per_sec"]] if "ratio" in r
+                                  else [r["mb_per_sec"]]),
     "GPT training throughput": ("train", lambda t: [t["tokens_per_sec"]],
                                 lambda r: [r["tfcourse"]["tokens_per_sec"], r["tfcourse"]["steps"]]),
     "the same, against": ("train", lambda t: [t["ratio"]], lambda r: [r["ratio"], r["plain"]["tokens_per_sec"]]),
@@ -122,7 +125,7 @@ def test_the_file_describes_its_run(latest):
     assert set(latest) >= {"command", "date", "seconds", "machine", "options", "targets", "results"}
     assert {"cpu_count", "cpu", "torch", "torch_threads", "python", "platform"} <= set(latest["machine"])
     assert latest["targets"] == bench.TARGETS, "the targets changed since the file was written: run `make bench`"
-    assert set(latest["results"]) == {"bpe", "train", "target", "kv", "check"} & set(latest["options"]["only"])
+    assert set(latest["results"]) == set(bench.BENCHMARKS) & set(latest["options"]["only"])
 
 
 def test_the_generated_table_reads_back(latest):

@@ -127,6 +127,20 @@ def test_word_decode_out_of_range():
 # --------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("seed", range(5))
+def test_the_ascii_fast_path_splits_as_the_unicode_pattern_does(seed):
+    """ASCII text is split by Python's `re` with ASCII classes: the same pre-tokens as GPT-2's pattern,
+    for every ASCII character (control characters, the \\x1c-\\x1f separators, apostrophes, runs of
+    spaces and newlines)."""
+    from tfcourse import tokenizers
+    rng = random.Random(seed)
+    alphabet = [chr(c) for c in range(128)] + [" "] * 20 + ["'", "'s", "'ll", "\n", "  ", "ab", "42"] * 5
+    text = "".join(rng.choice(alphabet) for _ in range(3000))
+    assert text.isascii()
+    assert tokenizers._GPT2_SPLIT_ASCII.findall(text) == tokenizers._GPT2_SPLIT.findall(text)
+    assert pretokenize(text) == tokenizers._GPT2_SPLIT.findall(text)
+
+
 def test_pretokenize_follows_gpt2_conventions():
     assert pretokenize("Hi there, we'll go  now!\n\n") == [
         "Hi", " there", ",", " we", "'ll", " go", " ", " now", "!", "\n\n"

@@ -9,6 +9,8 @@ Targets (2-core CPU; TARGETS):
 - BPE training on Tiny Shakespeare to a vocabulary of 1,000: at most as long as Hugging Face's Rust
   trainer (`tokenizers`, ByteLevel, default threads; best of 3 each, alternating; ratio <= 1.0), and
   on its first 130 kB (the size of CS336's corpus) to 500: <= 0.2 s;
+- encoding Tiny Shakespeare with a 2,000-token vocabulary the course trains on it: at least as many
+  MB/s as OpenAI's tiktoken given the same vocabulary (ratio >= 1.0; the same ids);
 - GPT training throughput, CPU recipe (4 layers, 4 heads, d_model 128, context 64, batch 12): >= 12,000 tokens/s,
   and at least as fast per step as the same-size model built from PyTorch's own modules, trained by
   the plain loop a user would write (ratio >= 1.0);
@@ -39,13 +41,14 @@ from ..data import CharCorpus, char_corpus, load_tiny_shakespeare
 from ..decoding import generate
 from ..models import GPT
 from ..training.recipes import CPU_RECIPE  # nanoGPT's CPU recipe; lesson 08 trains it for 2,000 steps
-from ..tokenizers import train_bpe
+from ..tokenizers import GPT2_SPLIT_PATTERN, BPETokenizer, train_bpe
 from ..training.loop import TrainConfig, train
 
 # The targets on a 2-core CPU (the README's "target" column, the printed lines, the JSON file).
 TARGETS = {
     "bpe_ratio": 1.0,  # BPE training, Tiny Shakespeare -> 1,000, train_bpe's time over the Rust trainer's: at most
     "bpe_small_seconds": 0.2,  # BPE training, 130 kB (CS336's corpus size) -> 500: at most
+    "encode_ratio": 1.0,  # BPETokenizer.encode's MB/s over tiktoken's, same vocabulary: at least
     "tokens_per_sec": 12_000,  # GPT training throughput, CPU recipe: at least
     "ratio": 1.0,  # tfcourse's tokens/s over the plain PyTorch model's: at least
     "seconds_to_loss": 80.0,  # wall time until the CPU recipe's val loss first falls below 1.88: at most
@@ -53,7 +56,7 @@ TARGETS = {
     "first_check_seconds": 0.3,  # the first exercise check in a fresh process: at most
 }
 DEFAULT_TARGET_LOSS = 1.88  # nanoGPT's CPU figure
-BENCHMARKS = ["bpe", "train", "target", "kv", "check"]
+BENCHMARKS = ["bpe", "encode", "train", "target", "kv", "check"]
 
 
 def _seconds(run) -> float:
@@ -92,6 +95,36 @@ def bench_bpe(text: str, vocab_size: int = 1000, repeats: int = 3, small_bytes: 
               "small_vocab_size": small_vocab_size, "small_bytes": len(text[:small_bytes])}
     if rust:
         result.update(rust_seconds=min(rust), ratio=min(ours) / min(rust))
+    return result
+
+
+def _tiktoken_encoding(tokenizer: BPETokenizer):
+    """OpenAI's tiktoken with the same byte-level vocabulary, built in process (no download)."""
+    import tiktoken
+
+    ranks = {token: i for i, token in tokenizer.vocab.items() if i < 256 + len(tokenizer.merges)}
+    return tiktoken.Encoding(name="tfcourse", pat_str=GPT2_SPLIT_PATTERN, mergeable_ranks=ranks, special_tokens={})
+
+
+def bench_encode(text: str, vocab_size: int = 2000, repeats: int = 3) -> dict:
+    """MB/s of BPETokenizer.encode on `text` with a vocabulary the course trains on it, best of `repeats`,
+    alternating with tiktoken on the same vocabulary where it is installed (the ids must be the same)."""
+    tokenizer = BPETokenizer.train(text, vocab_size)
+    megabytes = len(text.encode("utf-8")) / 1e6
+    ours, theirs, ids = [], [], tokenizer.encode(text)
+    try:
+        encoding = _tiktoken_encoding(tokenizer)
+    except ImportError:  # tiktoken comes with the "pretrained" extra
+        encoding = None
+    for _ in range(repeats):
+        ours.append(_seconds(lambda: tokenizer.encode(text)))
+        if encoding is not None:
+            theirs.append(_seconds(lambda: encoding.encode_ordinary(text)))
+    result = {"mb_per_sec": megabytes / min(ours), "megabytes": megabytes, "vocab_size": vocab_size}
+    if encoding is not None:
+        if encoding.encode_ordinary(text) != ids:
+            raise AssertionError("tiktoken with the same vocabulary gave other ids than BPETokenizer.encode")
+        result.update(tiktoken_mb_per_sec=megabytes / min(theirs), ratio=min(theirs) / min(ours))
     return result
 
 
@@ -286,6 +319,14 @@ def readme_table(report: dict) -> str:
                      f"ratio ≤ {t['bpe_ratio']:g} | {against} |")
         lines.append(f"| the same on its first 130 kB (CS336's corpus size) to a vocabulary of 500 | "
                      f"≤ {t['bpe_small_seconds']:g} s | {_number(r['small_seconds'], 3)} s |")
+    if "encode" in results:
+        r = results["encode"]
+        against = (f"{_number(r['ratio'], 2)} ({_number(r['mb_per_sec'], 1)} MB/s vs "
+                   f"{_number(r['tiktoken_mb_per_sec'], 1)} MB/s)" if "ratio" in r else
+                   f"{_number(r['mb_per_sec'], 1)} MB/s (`tiktoken` not installed)")
+        lines.append("| encoding Tiny Shakespeare with a 2,000-token vocabulary trained on it, against OpenAI's "
+                     "`tiktoken` with the same vocabulary (the same ids; best of 3 each, alternating) | "
+                     f"ratio ≥ {t['encode_ratio']:g} | {against} |")
     if "train" in results:
         train_result = results["train"]
         lines.append("| GPT training throughput, CPU recipe (4 layers, 4 heads, d_model 128, context 64, batch 12) | "
@@ -340,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     results: dict = {}
-    text = load_tiny_shakespeare() if {"bpe", "train", "target"} & set(chosen) else ""
+    text = load_tiny_shakespeare() if {"bpe", "encode", "train", "target"} & set(chosen) else ""
     corpus = char_corpus(text) if {"train", "target"} & set(chosen) else None  # encoded once for both
     if "bpe" in chosen:
         r = results["bpe"] = bench_bpe(text)
@@ -350,6 +391,12 @@ def main(argv: list[str] | None = None) -> int:
               f"train_bpe {r['seconds']:.2f} s, {rust}")
         print(f"BPE training, its first {r['small_bytes']:,} characters -> vocab {r['small_vocab_size']}: "
               f"{r['small_seconds']:.3f} s   (target <= {t['bpe_small_seconds']:g} s)")
+    if "encode" in chosen:
+        r = results["encode"] = bench_encode(text)
+        theirs = (f"tiktoken {r['tiktoken_mb_per_sec']:.1f} MB/s: ratio {r['ratio']:.2f}   (target >= "
+                  f"{t['encode_ratio']:g})" if "ratio" in r else "(tiktoken not installed: no figure to compare)")
+        print(f"Encoding Tiny Shakespeare ({r['megabytes']:.1f} MB, vocab {r['vocab_size']:,}), best of 3: "
+              f"BPETokenizer {r['mb_per_sec']:.1f} MB/s, {theirs}")
     if "train" in chosen:
         ours, plain = bench_training(corpus, args.train_steps), bench_baseline(corpus, args.train_steps)
         ratio = ours["tokens_per_sec"] / plain["tokens_per_sec"]
