@@ -375,6 +375,7 @@ class _PairStatistics:
         self.words = [pretoken.encode("utf-8").decode("latin-1") for pretoken in pretoken_counts]
         self.freqs = list(pretoken_counts.values())
         self.token_bytes = {chr(b): bytes([b]) for b in range(256)}
+        self.char_of = {token: char for char, token in self.token_bytes.items()}
         self._keys = {char: _descending(token) for char, token in self.token_bytes.items()}
         self.counts: defaultdict[str, int] = defaultdict(int)
         self.words_with: defaultdict[str, set[int]] = defaultdict(set)
@@ -401,9 +402,11 @@ class _PairStatistics:
     def merge(self, pair: str) -> Pair:
         """Merge `pair` in every word holding it, updating only those words' pair counts;
         returns the merge as (left bytes, right bytes)."""
-        merged = _token_char(len(self.token_bytes))
         left, right = self.token_bytes[pair[0]], self.token_bytes[pair[1]]
-        self.token_bytes[merged] = left + right
+        # Should two merges make the same bytes (ab + c and a + bc), they are one token in the words,
+        # as they would be in words of bytes, so the second reuses the first one's character.
+        merged = self.char_of.get(left + right) or _token_char(len(self.token_bytes))
+        self.token_bytes[merged], self.char_of[left + right] = left + right, merged
         self._keys[merged] = _descending(left + right)
         change: defaultdict[str, int] = defaultdict(int)
         words, freqs, words_with = self.words, self.freqs, self.words_with  # locals: this loop is the hot one
