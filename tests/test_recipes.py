@@ -107,10 +107,13 @@ def test_script_trains_the_cpu_recipe_and_prints_its_figures(text_file, tmp_path
     assert _figure(r"wall time (\d+\.\d+) s", out) > 0
     assert _figure(r"tokens/s ([\d,]+)", out) > 0
     assert "MFU n/a" in out  # no peak is known for a CPU
+    share = _figure(r"the loop's own work (\d+\.\d+)% of it \(data [\d.]+ s, evaluation [\d.]+ s, checkpoints", out)
+    assert 0 < share < 100  # 6 steps, 2 estimates and 2 checkpoints: most of this tiny run
     assert "sample (temperature 0.8, top-k 40)" in out
 
     record = json.loads((out_dir / "history.json").read_text())
     assert record["figures"]["val_loss"] == pytest.approx(val, abs=1e-4)
+    assert record["figures"]["overhead_seconds"]["checkpoints"] > 0
     assert record["figures"]["steps"] == 6 and record["recipe"]["model"]["n_layers"] == 4
     assert len(record["history"]["train_loss"]) == 6 and record["figures"]["mfu"] is None
     assert (out_dir / "checkpoint.pt").exists()

@@ -325,7 +325,7 @@ def test_history_keys_and_lengths_agree():
     history = train(make_model(), get_batch, config)
     assert set(history) == {
         "step", "train_loss", "lr", "eval_step", "eval_train_loss", "val_loss",
-        "best_val_loss", "best_step", "tokens_per_sec", "seconds", "device",
+        "best_val_loss", "best_step", "tokens_per_sec", "seconds", "overhead_seconds", "device",
     }
     assert history["best_val_loss"] == min(history["val_loss"])
     assert history["best_step"] == history["eval_step"][history["val_loss"].index(min(history["val_loss"]))]
@@ -335,6 +335,9 @@ def test_history_keys_and_lengths_agree():
     assert history["eval_step"] == [0, 10, 20, 25]  # before training, every 10, and the last
     assert len(history["eval_train_loss"]) == len(history["val_loss"]) == 4
     assert history["tokens_per_sec"] > 0 and history["seconds"] > 0
+    overhead = history["overhead_seconds"]  # the loop's own work: batches, estimates, checkpoints (none here)
+    assert set(overhead) == {"data", "evaluation", "checkpoints"} and overhead["checkpoints"] == 0
+    assert overhead["data"] > 0 and overhead["evaluation"] > 0 and sum(overhead.values()) < history["seconds"]
     assert history["device"] == "cpu"
 
 
@@ -375,6 +378,7 @@ def test_resume_continues_exactly(tmp_path):
     assert resumed["step"] == straight["step"]
     assert resumed["train_loss"] == straight["train_loss"]
     assert resumed["eval_step"] == straight["eval_step"]
+    assert resumed["overhead_seconds"]["checkpoints"] > 0 == straight["overhead_seconds"]["checkpoints"]
     assert resumed["val_loss"] == straight["val_loss"]
     for (name, a), b in zip(straight_model.named_parameters(), resumed_model.parameters()):
         assert torch.equal(a, b), name

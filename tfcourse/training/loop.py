@@ -697,6 +697,9 @@ def new_history(device: torch.device) -> dict[str, Any]:
         "best_step": None,  # ... and the step it was reached at
         "tokens_per_sec": 0.0,  # training speed during the last call to train()
         "seconds": 0.0,  # wall-clock time of the last call to train()
+        # ... and the part of it the loop spent on its own work, not on training steps: drawing batches,
+        # loss estimates, checkpoints (on a GPU the first may overlap the device's work: an upper bound)
+        "overhead_seconds": {"data": 0.0, "evaluation": 0.0, "checkpoints": 0.0},
         "device": str(device),
     }
 
@@ -833,9 +836,11 @@ def train(
         estimate, take_step = _functions_estimate_and_step(functions, model_to_run, optimizer, get_batch, config,
                                                            device)
     started = time.perf_counter()
-    eval_seconds = 0.0
+    overhead = history["overhead_seconds"] = {"data": 0.0, "evaluation": 0.0, "checkpoints": 0.0}  # this call's
     if step == 0:
         record_estimate(history, 0, estimate())  # the untrained model: where the curves start
+        overhead["evaluation"] += time.perf_counter() - started
+    first_estimate_seconds = overhead["evaluation"]
     first_step, tokens_trained = step, 0
     pending: list[torch.Tensor] = []  # losses of the steps since the last read-back, on the device
     train_started = time.perf_counter()
@@ -853,8 +858,10 @@ def train(
             lr = schedule(step, config)
             set_lr(optimizer, lr)
 
+            data_started = time.perf_counter()
             x, y = get_batch("train", generator)
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+            overhead["data"] += time.perf_counter() - data_started
             pending.append(take_step((x, y)))
             tokens_trained += x.numel()
             history["step"].append(step)
@@ -871,24 +878,29 @@ def train(
             if evaluate_now:
                 eval_started = time.perf_counter()
                 losses = estimate()
-                eval_seconds += time.perf_counter() - eval_started
+                overhead["evaluation"] += time.perf_counter() - eval_started
                 if record_estimate(history, step, losses) and config.best_checkpoint_path is not None:
+                    saved_started = time.perf_counter()
                     _save_best(config.best_checkpoint_path, model, step, losses["val"])
+                    overhead["checkpoints"] += time.perf_counter() - saved_started
             if read_now:
                 progress.set_postfix({"loss": f"{history['train_loss'][-1]:.4f}", "lr": f"{lr:.2e}",
                                       "val": f"{history['val_loss'][-1]:.4f}"}, refresh=False)
             if save_now:  # after the estimate, so the checkpoint's history includes it
+                saved_started = time.perf_counter()
                 save_checkpoint(
                     config.checkpoint_path, model, optimizer, scaler,
                     step, history, generator, config,
                 )
+                overhead["checkpoints"] += time.perf_counter() - saved_started
             progress.update(1)  # drawn at tqdm's pace
             if on_step is not None:
                 on_step(step, history)
 
     read_back_losses()
     history["seconds"] = time.perf_counter() - started
-    train_seconds = time.perf_counter() - train_started - eval_seconds  # ends after a read-back: synced
+    # From the first step on, less the estimates in between (ends after a read-back: synced).
+    train_seconds = time.perf_counter() - train_started - (overhead["evaluation"] - first_estimate_seconds)
     history["tokens_per_sec"] = tokens_trained / train_seconds if step > first_step and train_seconds > 0 else 0.0
     return history
 
