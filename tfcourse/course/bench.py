@@ -31,7 +31,9 @@ import platform
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -59,10 +61,11 @@ DEFAULT_TARGET_LOSS = 1.88  # nanoGPT's CPU figure
 BENCHMARKS = ["bpe", "encode", "train", "target", "kv", "check"]
 
 
-def _seconds(run) -> float:
+def _timed(run: Callable[[], Any]) -> tuple[float, Any]:
+    """(seconds, result) of one call of `run`."""
     started = time.perf_counter()
-    run()
-    return time.perf_counter() - started
+    result = run()
+    return time.perf_counter() - started, result
 
 
 def _train_rust_bpe(text: str, vocab_size: int) -> None:
@@ -84,13 +87,13 @@ def bench_bpe(text: str, vocab_size: int = 1000, repeats: int = 3, small_bytes: 
     first `small_bytes` of the text (the size of CS336's corpus.en) to `small_vocab_size`."""
     ours, rust, small = [], [], []
     for _ in range(repeats):
-        ours.append(_seconds(lambda: train_bpe(text, vocab_size, ["<|endoftext|>"])))
-        small.append(_seconds(lambda: train_bpe(text[:small_bytes], small_vocab_size, ["<|endoftext|>"])))
+        seconds, (vocab, merges) = _timed(lambda: train_bpe(text, vocab_size, ["<|endoftext|>"]))
+        ours.append(seconds)
+        small.append(_timed(lambda: train_bpe(text[:small_bytes], small_vocab_size, ["<|endoftext|>"]))[0])
         try:
-            rust.append(_seconds(lambda: _train_rust_bpe(text, vocab_size)))
+            rust.append(_timed(lambda: _train_rust_bpe(text, vocab_size))[0])
         except ImportError:  # `tokenizers` comes with the "pretrained" extra
             pass
-    vocab, merges = train_bpe(text, vocab_size, ["<|endoftext|>"])
     result = {"seconds": min(ours), "vocab_size": len(vocab), "merges": len(merges), "small_seconds": min(small),
               "small_vocab_size": small_vocab_size, "small_bytes": len(text[:small_bytes])}
     if rust:
@@ -111,18 +114,20 @@ def bench_encode(text: str, vocab_size: int = 2000, repeats: int = 3) -> dict:
     alternating with tiktoken on the same vocabulary where it is installed (the ids must be the same)."""
     tokenizer = BPETokenizer.train(text, vocab_size)
     megabytes = len(text.encode("utf-8")) / 1e6
-    ours, theirs, ids = [], [], tokenizer.encode(text)
     try:
         encoding = _tiktoken_encoding(tokenizer)
     except ImportError:  # tiktoken comes with the "pretrained" extra
         encoding = None
+    ours, theirs = [], []
     for _ in range(repeats):
-        ours.append(_seconds(lambda: tokenizer.encode(text)))
+        seconds, ids = _timed(lambda: tokenizer.encode(text))
+        ours.append(seconds)
         if encoding is not None:
-            theirs.append(_seconds(lambda: encoding.encode_ordinary(text)))
+            seconds, their_ids = _timed(lambda: encoding.encode_ordinary(text))
+            theirs.append(seconds)
     result = {"mb_per_sec": megabytes / min(ours), "megabytes": megabytes, "vocab_size": vocab_size}
     if encoding is not None:
-        if encoding.encode_ordinary(text) != ids:
+        if their_ids != ids:
             raise AssertionError("tiktoken with the same vocabulary gave other ids than BPETokenizer.encode")
         result.update(tiktoken_mb_per_sec=megabytes / min(theirs), ratio=min(theirs) / min(ours))
     return result
@@ -224,12 +229,10 @@ def bench_kv_cache(new_tokens: int = 500, repeats: int = 2) -> dict:
     torch.set_num_threads(1)
     try:
         for use_cache in (True, False):
-            runs = []
-            for _ in range(repeats):
-                started = time.perf_counter()
-                tokens[use_cache] = generate(model, prompt, new_tokens, temperature=0, use_cache=use_cache)
-                runs.append(time.perf_counter() - started)
-            seconds[use_cache] = min(runs)  # the least disturbed run
+            runs = [_timed(lambda: generate(model, prompt, new_tokens, temperature=0, use_cache=use_cache))
+                    for _ in range(repeats)]
+            seconds[use_cache] = min(run_seconds for run_seconds, _ in runs)  # the least disturbed run
+            tokens[use_cache] = runs[-1][1]
     finally:
         torch.set_num_threads(threads)
     if not torch.equal(tokens[True], tokens[False]):

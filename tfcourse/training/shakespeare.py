@@ -169,7 +169,7 @@ def measure(history: dict[str, Any], timer: StepTimer, model: GPT, recipe: Recip
         "train_loss": history["eval_train_loss"][-1],
         "steps": history["step"][-1] if history["step"] else 0,
         "train_seconds": history["seconds"],
-        "overhead_seconds": dict(history.get("overhead_seconds", {})),  # data, evaluation, checkpoints
+        "overhead_seconds": dict(history["overhead_seconds"]),  # data, evaluation, checkpoints
         "total_seconds": total_seconds,
         "tokens_per_sec": steady,
         "tokens_per_sec_all_steps": history["tokens_per_sec"],
@@ -190,7 +190,7 @@ def report(figures: dict[str, Any], peak_is_default: bool) -> str:
              f"wall time {figures['train_seconds']:.1f} s training and evaluation, "
              f"{figures['total_seconds']:.1f} s in all"]
     overhead = figures["overhead_seconds"]
-    if overhead and figures["train_seconds"] > 0:
+    if figures["train_seconds"] > 0:
         share = sum(overhead.values()) / figures["train_seconds"]
         parts = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in overhead.items())
         lines.append(f"the loop's own work {100 * share:.1f}% of it ({parts}; target under 5%)")
