@@ -28,7 +28,10 @@ from typing import Any, BinaryIO
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
+
+from . import distributed
 
 # get_batch(split, generator) -> (x, y): the caller's data. `split` is "train" or "val".
 GetBatch = Callable[[str, torch.Generator], tuple[torch.Tensor, torch.Tensor]]
@@ -742,6 +745,17 @@ def _save_best(path: str, model: nn.Module, step: int, val_loss: float) -> None:
     _save_atomically({"model": model.state_dict(), "step": step, "val_loss": val_loss}, path)
 
 
+def _averaged_over_workers(estimate: Callable[[], dict[str, float]]) -> Callable[[], dict[str, float]]:
+    """estimate() whose losses are the mean over the workers: each one scored its shard of the batches."""
+
+    def averaged() -> dict[str, float]:
+        losses = estimate()
+        mean = distributed.mean_over_workers(torch.tensor(list(losses.values()), dtype=torch.float64))
+        return dict(zip(losses, mean.tolist()))
+
+    return averaged
+
+
 def _functions_estimate_and_step(functions: LoopFunctions, model: Any, optimizer: torch.optim.Optimizer,
                                  get_batch: GetBatch, config: TrainConfig, device: torch.device
                                  ) -> tuple[Callable[[], dict[str, float]], Callable[[Batch], torch.Tensor]]:
@@ -789,6 +803,11 @@ def train(
     On a GPU the CPU queues work ahead of the device; the loop reads numbers back (a sync) only
     every `log_interval` steps and at evaluations, so the queue stays full in between.
 
+    Under torchrun (a process group is up: `tfcourse.training.distributed`), `get_batch` should give each
+    worker its shard of the global batch (`distributed.sharded`): the model is wrapped in
+    DistributedDataParallel, the logged losses and estimates are averaged over the workers, and only
+    rank 0 writes checkpoints and shows progress. Every worker draws dropout from the same seeded stream.
+
     `functions` (a `LoopFunctions`): the schedule, optimizer, step and evaluation to run instead of the
     loop's own, e.g. lesson 08's exercises. Their train_step computes its own loss (so `loss_fn` must
     stay the default) and returns a float (one wait for the GPU per step); the mixed precision around
@@ -812,8 +831,14 @@ def train(
     scaler = make_grad_scaler(device, config.amp and functions is None)
     schedule = functions.lr_at if functions else scheduled_lr
     generator = torch.Generator().manual_seed(config.seed)  # the order of training batches
-    # Optimizer and checkpoints use `model`; compute runs through the (maybe) compiled one.
-    model_to_run = _CompiledOrEager(model) if config.compile else model
+    # Optimizer and checkpoints use `model`; compute runs through the (maybe) data-parallel, (maybe)
+    # compiled one. Under torchrun each worker trains on its shard of every batch (get_batch is then
+    # distributed.sharded) and DistributedDataParallel averages the gradients during backward().
+    worker = distributed.current()  # None: one process
+    model_to_run = model if worker is None else DistributedDataParallel(
+        model, device_ids=[device.index] if device.type == "cuda" else None)
+    model_to_run = _CompiledOrEager(model_to_run) if config.compile else model_to_run
+    writes = distributed.is_main()  # files and the progress bar: rank 0's (or the only process's)
 
     step, history = 0, new_history(device)
     if resuming:
@@ -835,6 +860,8 @@ def train(
     else:
         estimate, take_step = _functions_estimate_and_step(functions, model_to_run, optimizer, get_batch, config,
                                                            device)
+    if worker is not None:
+        estimate = _averaged_over_workers(estimate)  # each worker scored its shard of the batches
     started = time.perf_counter()
     overhead = history["overhead_seconds"] = {"data": 0.0, "evaluation": 0.0, "checkpoints": 0.0}  # this call's
     if step == 0:
@@ -847,11 +874,12 @@ def train(
 
     def read_back_losses() -> None:
         if pending:
-            history["train_loss"].extend(torch.stack(pending).tolist())  # one sync for many steps
+            # One sync for many steps (and, under torchrun, one all-reduce: every worker reads back at the same steps).
+            history["train_loss"].extend(distributed.mean_over_workers(torch.stack(pending)).tolist())
             pending.clear()
 
     with tqdm(
-        total=config.max_steps, initial=step, disable=not config.progress, desc="training"
+        total=config.max_steps, initial=step, disable=not (config.progress and writes), desc="training"
     ) as progress:
         while step < config.max_steps:
             step += 1
@@ -863,7 +891,7 @@ def train(
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
             overhead["data"] += time.perf_counter() - data_started
             pending.append(take_step((x, y)))
-            tokens_trained += x.numel()
+            tokens_trained += x.numel() * (1 if worker is None else worker.world_size)  # all workers' tokens
             history["step"].append(step)
             history["lr"].append(lr)
 
@@ -879,14 +907,14 @@ def train(
                 eval_started = time.perf_counter()
                 losses = estimate()
                 overhead["evaluation"] += time.perf_counter() - eval_started
-                if record_estimate(history, step, losses) and config.best_checkpoint_path is not None:
+                if record_estimate(history, step, losses) and config.best_checkpoint_path is not None and writes:
                     saved_started = time.perf_counter()
                     _save_best(config.best_checkpoint_path, model, step, losses["val"])
                     overhead["checkpoints"] += time.perf_counter() - saved_started
             if read_now:
                 progress.set_postfix({"loss": f"{history['train_loss'][-1]:.4f}", "lr": f"{lr:.2e}",
                                       "val": f"{history['val_loss'][-1]:.4f}"}, refresh=False)
-            if save_now:  # after the estimate, so the checkpoint's history includes it
+            if save_now and writes:  # after the estimate, so the checkpoint's history includes it
                 saved_started = time.perf_counter()
                 save_checkpoint(
                     config.checkpoint_path, model, optimizer, scaler,

@@ -17,6 +17,17 @@ backward matrix multiplications per token; 12 L d T: the attention scores and th
 bf16 peak of an H100/H200-class GPU (an A100 has 312). On a CPU, MFU is printed only when you
 give its peak. With `--out DIR` the checkpoint (DIR/checkpoint.pt, resumable with `--resume`)
 and the history and figures (DIR/history.json) are written there.
+
+Data-parallel on N processes (GPUs, or CPU cores with gloo), on one machine or several:
+
+    torchrun --nproc_per_node 2 -m tfcourse.training.shakespeare --recipe cpu --steps 200
+    torchrun --nnodes 2 --nproc_per_node 8 --rdzv-backend c10d --rdzv-endpoint HOST:29500 --rdzv-id run1 \
+             -m tfcourse.training.shakespeare --recipe gpu --out runs/gpu     # the same on each machine
+
+The recipe's batch is the global one: each of the N workers trains on its 1/N of every batch, so the
+run sees the same examples for any N and its checkpoint resumes with another N
+(tfcourse.training.distributed). `python -m tfcourse.course.train_yours LESSONS ...` runs this script with
+the GPT made of your own lesson components instead of the package's (under torchrun too).
 """
 
 from __future__ import annotations
@@ -27,6 +38,7 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +50,7 @@ from ..decoding import generate
 from ..models import GPT, GPTConfig, count_parameters
 from .recipes import RECIPES, Recipe, recipe_for
 from ..tokenizers import CharTokenizer
+from . import distributed
 from .loop import amp_dtype, pick_device, train
 
 # Dense bf16 peak of an H100 SXM / H200 (989.4 TFLOP/s; twice that is quoted with sparsity).
@@ -147,13 +160,17 @@ def build_model(recipe: Recipe, vocab_size: int, seed: int) -> GPT:
     return GPT(recipe.gpt_config(vocab_size))
 
 
-def describe_run(recipe: Recipe, corpus: CharCorpus, n_params: int, device: torch.device) -> str:
+def describe_run(recipe: Recipe, corpus: CharCorpus, n_params: int, device: torch.device,
+                 worker: distributed.Worker | None = None) -> str:
     precision = amp_dtype(device, recipe.train.amp)
+    parallel = "" if worker is None else (
+        f"\ndata-parallel: {worker.world_size} workers, {recipe.batch_size // worker.world_size} of the batch's "
+        f"{recipe.batch_size} windows each (backend {torch.distributed.get_backend()})")
     return (f"{recipe.summary()}\n"
             f"{len(corpus.text):,} characters, vocabulary {corpus.tokenizer.vocab_size}; "
             f"{n_params / 1e6:.2f}M parameters (without the position table); device {device}, "
             f"{'fp32' if precision is None else str(precision).replace('torch.', '') + ' autocast'}, "
-            f"compile {'on' if recipe.train.compile else 'off'}")
+            f"compile {'on' if recipe.train.compile else 'off'}{parallel}")
 
 
 def measure(history: dict[str, Any], timer: StepTimer, model: GPT, recipe: Recipe, n_params: int,
@@ -161,7 +178,7 @@ def measure(history: dict[str, Any], timer: StepTimer, model: GPT, recipe: Recip
     """The run's figures: losses, times, steady tokens/s, TFLOP/s and MFU (None where not measured)."""
     step_seconds = timer.median_step_seconds()
     steady = recipe.tokens_per_step / step_seconds if step_seconds else history["tokens_per_sec"]
-    achieved_tflops = flops_per_token(n_params, model.config) * steady / 1e12
+    achieved_tflops = flops_per_token(n_params, recipe.model) * steady / 1e12
     figures = {
         "best_val_loss": history["best_val_loss"],
         "best_step": history["best_step"],
@@ -173,7 +190,7 @@ def measure(history: dict[str, Any], timer: StepTimer, model: GPT, recipe: Recip
         "total_seconds": total_seconds,
         "tokens_per_sec": steady,
         "tokens_per_sec_all_steps": history["tokens_per_sec"],
-        "flops_per_token": flops_per_token(n_params, model.config),
+        "flops_per_token": flops_per_token(n_params, recipe.model),
         "achieved_tflops": achieved_tflops,
         "peak_tflops": peak,
         "mfu": achieved_tflops / peak if peak else None,
@@ -232,14 +249,39 @@ def save_record(out: Path, recipe: Recipe, model: GPT, tokenizer: CharTokenizer,
     return path
 
 
-def main(argv: list[str] | None = None) -> int:
+def _silent(*_: Any, **__: Any) -> None:
+    """print() for the workers other than rank 0: one report per run, not one per worker."""
+
+
+# build(recipe, vocab_size, seed) -> (the model to train, a description to print or None)
+ModelBuilder = Callable[[Recipe, int, int], tuple[nn.Module, str | None]]
+
+
+def main(argv: list[str] | None = None, build: ModelBuilder | None = None) -> int:
+    """The script; `build` makes the model instead of build_model (tfcourse.course.train_yours: your GPT)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.resume and args.out is None:
         parser.error("--resume needs --out: the folder that holds the checkpoint")
     started = time.perf_counter()
     device = pick_device(args.device)
+    worker = distributed.start(device.type)  # None unless torchrun started this process
+    if worker is not None and device.type == "cuda":
+        device = torch.device("cuda", worker.local_rank)  # one GPU per worker
+    try:
+        return _train_and_report(args, parser, device, worker, started, build)
+    finally:
+        distributed.stop()
+
+
+def _train_and_report(args: argparse.Namespace, parser: argparse.ArgumentParser, device: torch.device,
+                      worker: distributed.Worker | None, started: float, build: ModelBuilder | None) -> int:
+    say = print if worker is None or worker.rank == 0 else _silent
     recipe = configure(args, device)
+    if worker is not None:
+        if recipe.batch_size % worker.world_size:
+            parser.error(f"the recipe's batch of {recipe.batch_size} does not split into {worker.world_size} "
+                         "equal shards: choose a number of workers that divides it")
     if device.type == "cuda":
         # fp32 matmuls (outside autocast) may use TF32 tensor cores: ~10 bits of mantissa is plenty.
         torch.set_float32_matmul_precision("high")
@@ -251,21 +293,30 @@ def main(argv: list[str] | None = None) -> int:
 
     if device.type == "cuda":
         corpus = corpus.to(device)  # 1M token ids, 8 MB: on the GPU once, no copy per step
-    model = build_model(recipe, corpus.tokenizer.vocab_size, args.seed)
+    if build is None:
+        model = build_model(recipe, corpus.tokenizer.vocab_size, args.seed)
+    else:
+        model, description = build(recipe, corpus.tokenizer.vocab_size, args.seed)
+        if description:
+            say(description)
     n_params = non_embedding_parameters(model)
-    print(describe_run(recipe, corpus, n_params, device))
+    say(describe_run(recipe, corpus, n_params, device, worker))
+    get_batch = corpus.batches(recipe.batch_size, recipe.context)  # the global batch
+    if worker is not None:
+        get_batch = distributed.sharded(get_batch, worker)  # this worker's rows of it
     timer = StepTimer()
-    history = train(model, corpus.batches(recipe.batch_size, recipe.context), recipe.train,
-                    resume=args.resume, on_step=timer)
+    history = train(model, get_batch, recipe.train, resume=args.resume, on_step=timer)
 
     peak = args.peak_tflops if args.peak_tflops is not None else (
         DEFAULT_PEAK_TFLOPS if device.type == "cuda" else None)
     figures = measure(history, timer, model, recipe, n_params, peak, time.perf_counter() - started)
-    print(report(figures, peak_is_default=args.peak_tflops is None))
-    if args.sample_chars > 0:
+    if worker is not None:
+        figures["workers"] = worker.world_size
+    say(report(figures, peak_is_default=args.peak_tflops is None))
+    if args.sample_chars > 0 and say is print:
         print("sample (temperature 0.8, top-k 40):\n" + sample_text(model, corpus, args.sample_chars,
                                                                      args.seed, device))
-    if args.out is not None:
+    if args.out is not None and say is print:
         path = save_record(args.out, recipe, model, corpus.tokenizer, figures, history)
         print(f"wrote {args.out / 'checkpoint.pt'}, {args.out / 'best.pt'} (step {figures['best_step']:,}) and {path}")
     return 0

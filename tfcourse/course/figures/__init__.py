@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import architecture, attention
+from . import architecture, attention, parallel
 from .maps import LESSON_STAGES, lesson_map
 from .svg import Drawing
 
@@ -44,6 +44,8 @@ DRAWN = [
     Figure("multi_head", attention.multi_head, ("03_attention",)),
     Figure("three_masks", attention.three_masks, ("00_big_picture", "03_attention")),
     Figure("kv_cache", attention.kv_cache, ("07_decoding",)),
+    Figure("data_parallel", parallel.data_parallel, ("13_data_parallel",)),
+    Figure("ring_all_reduce", parallel.ring_all_reduce, ("13_data_parallel",)),
 ]
 
 

@@ -22,6 +22,7 @@ LESSON_STAGES = {
     "10_rnn_vs_transformer": "attention",
     "11_modern_llm": "blocks",
     "12_pretrained": "blocks",
+    "13_data_parallel": "training",
 }
 # Where lesson 00's map sends the reader for each stage: the lessons above that build it.
 BUILT_IN = {stage: ", ".join(lesson[:2] for lesson, built in LESSON_STAGES.items() if built == stage)
