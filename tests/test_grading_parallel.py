@@ -1,6 +1,8 @@
 """Lesson 13's submissions, good and bad (tests/test_grading.py holds the machinery and the catalogue of
 the other lessons): each wrong exercise loses its own points only, with a message that names the mistake.
-The gradient exercise is graded by running the submission's function in a real 2-process gloo group."""
+The gradient exercise is graded by running the submission's function in real gloo process groups. The
+catalogue holds the mistakes of sharding and averaging; every other usual mistake of the lesson is named by
+its check in tests/test_checks_parallel.py (each submission here costs process groups of its own)."""
 
 import pytest
 
@@ -12,9 +14,6 @@ LESSON = "13_data_parallel"
 SHARD = "return x[rows], y[rows]  # (B/N, ...) each"
 AVERAGE = "dist.all_reduce(parameter.grad, op=dist.ReduceOp.SUM)  # in place: the sum over the workers"
 MEAN = "parameter.grad /= world_size  # the mean: the sum would make the step N times too big"
-RING = "return 2 * (n_workers - 1) * n_bytes / n_workers"
-MICRO = "loss = loss_fn(model, x_micro, y_micro) / k  # mean of k means = the batch's mean"
-ZERO1 = '    if strategy == "fsdp":\n        parameters /= n_gpus'
 
 CASES = [
     notebook_case("complete solutions", LESSON, lambda: complete(LESSON)),
@@ -29,17 +28,6 @@ CASES = [
                                     "dist.all_reduce(torch.zeros(1))  # the loss, say: .grad stays this worker's"),
                                "average_gradients_impl", MEAN, "pass"),
                   {"average_gradients_tests": (0, "nothing was all-reduced")}),
-    notebook_case("buggy ring: the reduce-scatter alone", LESSON,
-                  lambda: edit(complete(LESSON), "ring_bytes_impl", RING,
-                               "return (n_workers - 1) * n_bytes / n_workers"),
-                  {"ring_bytes_tests": (0, "the reduce-scatter alone")}),
-    notebook_case("buggy accumulation: the micro-batch losses not divided by k", LESSON,
-                  lambda: edit(complete(LESSON), "accumulate_impl", MICRO, "loss = loss_fn(model, x_micro, y_micro)"),
-                  {"accumulate_tests": (0, "k times the batch's gradient")}),
-    notebook_case("buggy memory: ZeRO-1 splitting the gradients too", LESSON,
-                  lambda: edit(complete(LESSON), "memory_impl", ZERO1,
-                               '    if strategy == "zero1":\n        gradients /= n_gpus\n' + ZERO1),
-                  {"memory_tests": (0, "that is ZeRO-2")}),
 ]
 
 
