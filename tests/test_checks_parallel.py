@@ -13,6 +13,9 @@ from tfcourse.checks.parallel import (check_accumulate_gradients, check_average_
                                       check_ring_bytes_sent, check_shard_batch)
 from check_helpers import assert_passes, stub
 
+# The tests that start worker processes (a few seconds each): in `make test`, not in `make test-fast`.
+IN_PROCESS_GROUPS = pytest.mark.slow
+
 # ----------------------------------------------------------------------------------------------
 # Exercise 1: shard_batch
 # ----------------------------------------------------------------------------------------------
@@ -95,10 +98,12 @@ def uses_a_notebook_helper(model):
             _helper_of_the_notebook(p.grad)
 
 
+@IN_PROCESS_GROUPS
 def test_average_gradients_passes_in_two_and_three_process_groups(capfd):
     assert_passes(check_average_gradients, average_gradients, capfd)
 
 
+@IN_PROCESS_GROUPS
 @pytest.mark.parametrize(("learner", "named"), [
     (summed, "the sum of the workers' gradients, not their mean"),
     (loss_instead, "this worker's own gradient: nothing was all-reduced"),
@@ -137,11 +142,13 @@ def leaves_rank_0_waiting(rank, world_size):
     return rank
 
 
+@IN_PROCESS_GROUPS
 def test_launch_names_a_collective_that_only_some_workers_called(tmp_path):
     with pytest.raises(parallel.WorkerFailed, match="another worker had finished while this one waited"):
         parallel.launch(parallel.function_file(leaves_rank_0_waiting, tmp_path), 2)
 
 
+@IN_PROCESS_GROUPS
 def test_launch_stops_a_group_whose_collective_never_completes(tmp_path):
     target = parallel.function_file(hangs_on_rank_1, tmp_path)
     with pytest.raises(parallel.WorkerFailed, match="had not finished after 8 s: a collective"):
@@ -154,6 +161,7 @@ def raises_on_rank_1(rank, world_size):
     return rank
 
 
+@IN_PROCESS_GROUPS
 def test_launch_reports_a_failing_worker_with_its_error(tmp_path):
     with pytest.raises(parallel.WorkerFailed, match="worker 1 .* failed .*: ") as failure:
         parallel.launch(parallel.function_file(raises_on_rank_1, tmp_path), 2)
@@ -290,6 +298,7 @@ def memory(n_params, n_gpus, strategy, activation_bytes=0, state_bytes=8, split_
     return {"parameters": p, "gradients": g, "optimizer": o, "activations": a, "total": p + g + o + a}
 
 
+@IN_PROCESS_GROUPS
 def test_memory_per_gpu_passes_against_the_formula_and_a_measured_zero_redundancy_optimizer(capfd):
     assert_passes(check_memory_per_gpu, memory, capfd, hidden=False)
     assert_passes(check_memory_per_gpu, memory, capfd, hidden=True)
@@ -310,6 +319,7 @@ def test_memory_per_gpu_names_the_mistake(options, named):
     assert named in str(failure.value), failure.value
 
 
+@IN_PROCESS_GROUPS
 def test_memory_per_gpu_is_held_to_the_bytes_the_workers_measured():
     def right_on_paper_only(n_params, n_gpus, strategy, activation_bytes=0):
         result = memory(n_params, n_gpus, strategy, activation_bytes)
@@ -336,6 +346,7 @@ def test_memory_per_gpu_needs_every_key():
 # ----------------------------------------------------------------------------------------------
 
 
+@IN_PROCESS_GROUPS
 def test_two_workers_train_as_one_process_on_the_whole_batch():
     one = parallel.train_on_worker(0, 1, "tfcourse.parallel:average_gradients", 5, 16)
     two = parallel.launch("tfcourse.parallel:train_on_worker", 2, ("tfcourse.parallel:average_gradients", 5, 16))
@@ -346,6 +357,7 @@ def test_two_workers_train_as_one_process_on_the_whole_batch():
     assert moved > 1e-3  # the runs really trained
 
 
+@IN_PROCESS_GROUPS
 def test_no_sync_all_reduces_once_and_leaves_the_same_gradients():
     counted = parallel.launch("tfcourse.parallel:count_all_reduces_on_worker", 2, (4,))
     for worker in counted:
@@ -355,6 +367,7 @@ def test_no_sync_all_reduces_once_and_leaves_the_same_gradients():
     torch.testing.assert_close(counted[0]["with no_sync"]["gradients"], counted[1]["with no_sync"]["gradients"])
 
 
+@IN_PROCESS_GROUPS
 def test_zero1_halves_the_optimizer_state_on_two_workers():
     held = parallel.launch("tfcourse.parallel:optimizer_state_bytes_on_worker", 2)
     for worker in held:
