@@ -9,6 +9,17 @@ def assert_passes(check, learner, capfd, hidden=True) -> None:
     assert err == ""
 
 
+def assert_fails_naming(check, learner, named: str, hidden: bool = False) -> None:
+    """The check refuses `learner` with a message that contains `named`."""
+    import pytest
+
+    from tfcourse.checks.core import CheckFailed
+
+    with pytest.raises(CheckFailed) as failure:
+        check(learner, hidden=hidden)
+    assert named in str(failure.value), failure.value
+
+
 def stub(*args, **kwargs):
     """What an unanswered exercise does."""
     raise NotImplementedError()

@@ -11,7 +11,7 @@ from tfcourse import parallel
 from tfcourse.checks.core import CheckFailed, OffLimitsError
 from tfcourse.checks.parallel import (check_accumulate_gradients, check_average_gradients, check_memory_per_gpu,
                                       check_ring_bytes_sent, check_shard_batch)
-from check_helpers import assert_passes, stub
+from check_helpers import assert_fails_naming, assert_passes, stub
 
 # The tests that start worker processes (a few seconds each): in `make test`, not in `make test-fast`.
 IN_PROCESS_GROUPS = pytest.mark.slow
@@ -59,9 +59,7 @@ def test_shard_batch_passes(capfd):
     (stub, "not implemented yet"),
 ])
 def test_shard_batch_names_the_mistake(learner, named):
-    with pytest.raises(CheckFailed) as failure:
-        check_shard_batch(learner)
-    assert named in str(failure.value), failure.value
+    assert_fails_naming(check_shard_batch, learner, named)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -110,9 +108,7 @@ def test_average_gradients_passes_in_two_and_three_process_groups(capfd):
     (uses_a_notebook_helper, "NameError: name '_helper_of_the_notebook' is not defined"),
 ])
 def test_average_gradients_names_the_mistake(learner, named):
-    with pytest.raises(CheckFailed) as failure:
-        check_average_gradients(learner)
-    assert named in str(failure.value), failure.value
+    assert_fails_naming(check_average_gradients, learner, named)
 
 
 def test_a_function_without_source_is_refused_in_one_line():
@@ -200,9 +196,7 @@ def test_ring_bytes_sent_passes(capfd):
     (lambda n, w: f"{n}", "expected a number of bytes, got str"),
 ])
 def test_ring_bytes_sent_names_the_mistake(learner, named):
-    with pytest.raises(CheckFailed) as failure:
-        check_ring_bytes_sent(learner)
-    assert named in str(failure.value), failure.value
+    assert_fails_naming(check_ring_bytes_sent, learner, named)
 
 
 def test_the_reference_ring_formula_is_off_limits():
@@ -266,9 +260,7 @@ def test_accumulate_gradients_passes(capfd):
     (summed_losses, "the sum of the micro-batch losses, not their mean"),
 ])
 def test_accumulate_gradients_names_the_mistake(learner, named):
-    with pytest.raises(CheckFailed) as failure:
-        check_accumulate_gradients(learner)
-    assert named in str(failure.value), failure.value
+    assert_fails_naming(check_accumulate_gradients, learner, named)
 
 
 def test_accumulate_gradients_must_refuse_unequal_micro_batches_in_the_hidden_run():
@@ -314,9 +306,7 @@ def test_memory_per_gpu_names_the_mistake(options, named):
     def learner(n_params, n_gpus, strategy, activation_bytes=0):
         return memory(n_params, n_gpus, strategy, activation_bytes, **options)
 
-    with pytest.raises(CheckFailed) as failure:
-        check_memory_per_gpu(learner, hidden=True)
-    assert named in str(failure.value), failure.value
+    assert_fails_naming(check_memory_per_gpu, learner, named, hidden=True)
 
 
 @IN_PROCESS_GROUPS
