@@ -104,6 +104,27 @@ def test_the_grading_kernel_memory_limit_is_configurable(monkeypatch):
     assert log_level == "--IPKernelApp.log_level=ERROR"
 
 
+@pytest.mark.parametrize("inherited_gb", [None, 1, 3])
+def test_a_grading_kernel_takes_the_lower_of_its_cap_and_an_inherited_hard_limit(monkeypatch, inherited_gb):
+    """On the classroom hub a learner's server (and so `tfcourse grade`'s kernels) already runs under a
+    hard memory limit, which no process can raise: the grading kernel's start-up lines must then keep
+    it, not fail. Run here in a process that starts with that limit, as the hub sets it."""
+    import json
+    import subprocess
+    import sys
+
+    monkeypatch.setenv("TFCOURSE_GRADING_MEMORY_GB", "2")
+    (argument, _) = grading_kernel_arguments()
+    lines = json.loads(argument.split("=", 1)[1])
+    inherit = "" if inherited_gb is None else \
+        f"import resource; resource.setrlimit(resource.RLIMIT_DATA, ({inherited_gb * 2**30},) * 2)\n"
+    script = inherit + lines[0] + "\nprint(*resource.getrlimit(resource.RLIMIT_DATA))"
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    expected = 2 * 2**30 if inherited_gb is None else min(2, inherited_gb) * 2**30
+    assert done.stdout.split() == [str(expected)] * 2
+
+
 
 def test_the_course_configuration_loads_without_torch_and_stops_grading_kernels_at_once():
     """nbgrader reads nbgrader_config.py at every command (fetch, submit, list, ...): loading it must

@@ -346,9 +346,13 @@ def grading_kernel_arguments() -> list[str]:
     allocations) is capped at `grading_memory_limit()`, so an allocation past it fails in that cell
     with a MemoryError-like error instead of exhausting the machine; and broken output streams are
     restored after every cell (`keep_streams_working`), so a cell that closes sys.stdout costs only
-    what it breaks. The other cells still run. The kernel logs errors only (not its start-up warnings)."""
+    what it breaks. The other cells still run. The kernel logs errors only (not its start-up warnings).
+    Where the kernel already runs under a lower hard limit (a learner's server on the classroom hub,
+    deploy/jupyterhub_config.py), it keeps that one: a process may lower its limits, never raise them."""
     limit = grading_memory_limit()
-    lines = [f"import resource; resource.setrlimit(resource.RLIMIT_DATA, ({limit}, {limit}))",
+    lines = ["import resource; _hard = resource.getrlimit(resource.RLIMIT_DATA)[1]; "
+             f"_cap = {limit} if _hard == resource.RLIM_INFINITY else min({limit}, _hard); "
+             "resource.setrlimit(resource.RLIMIT_DATA, (_cap, _cap)); del _hard, _cap",
              "import tfcourse.checks.core as _streams; _streams.keep_streams_working(); del _streams"]
     return [f"--IPKernelApp.exec_lines={lines!r}".replace("'", '"'), "--IPKernelApp.log_level=ERROR"]
 
