@@ -72,11 +72,37 @@ def test_the_hub_extra_config_compiles():
         compile(code, f"values.yaml hub.extraConfig.{name}", "exec")
 
 
-def _load_hub_config(monkeypatch, **env):
+def _installed_hub_state(folder: Path) -> Path:
+    """A hub state folder as the install leaves it: tls/hub.crt and tls/hub.key (deploy/certificate.sh;
+    their contents are not read when the configuration loads)."""
+    (folder / "tls").mkdir(parents=True, exist_ok=True)
+    for name in ("hub.crt", "hub.key"):
+        (folder / "tls" / name).write_text("placeholder\n")
+    return folder
+
+
+def _node_proxy(folder: Path) -> Path:
+    """A stand-in for the Node.js configurable-http-proxy, as `npm install -g` installs it: a script run by node."""
+    script = folder / "configurable-http-proxy"
+    script.write_text("#!/usr/bin/env node\n")
+    script.chmod(0o755)
+    return script
+
+
+def _load_hub_config(monkeypatch, tmp_path=None, **env):
+    """JupyterHub with deploy/jupyterhub_config.py loaded, under exactly `env` (TFCOURSE_...). Unless
+    `env` says otherwise, the hub's state folder holds the installed certificate and the proxy is Node's."""
+    import tempfile
+
     from jupyterhub.app import JupyterHub
 
     for key in [k for k in os.environ if k.startswith("TFCOURSE_")]:
         monkeypatch.delenv(key)
+    folder = Path(tmp_path or tempfile.mkdtemp(prefix="tfcourse-hub-test-"))
+    if "TFCOURSE_HUB_STATE" not in env:
+        env["TFCOURSE_HUB_STATE"] = str(_installed_hub_state(folder))
+    if "TFCOURSE_PROXY" not in env:
+        env["TFCOURSE_PROXY"] = str(_node_proxy(folder))
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     app = JupyterHub()
@@ -91,10 +117,10 @@ def test_the_one_machine_hub_configuration_loads_into_jupyterhub(monkeypatch):
     app = _load_hub_config(monkeypatch)
     config = app.config
     assert app.authenticator_class is PAMAuthenticator or app.authenticator_class == "pam"
-    assert app.spawner_class is LocalProcessSpawner or app.spawner_class == "localprocess"
+    assert issubclass(app.spawner_class, LocalProcessSpawner)
     authenticator = PAMAuthenticator(config=config)
     assert authenticator.admin_users == {"instructor"} and authenticator.allowed_groups == {"tfcourse"}
-    spawner = LocalProcessSpawner(config=config, _deprecated_db_session=None)
+    spawner = app.spawner_class(config=config, _deprecated_db_session=None)
     assert spawner.cmd == ["/opt/tfcourse/venv/bin/jupyterhub-singleuser"]
     assert spawner.environment["TFCOURSE_EXCHANGE"] == EXCHANGE
     assert spawner.environment["PATH"].startswith("/opt/tfcourse/venv/bin:")
@@ -161,3 +187,101 @@ def test_the_extensions_switched_by_name_exist_in_nbgrader():
     (module,) = server["ServerApp"]["jpserver_extensions"]
     assert module in script
     __import__(module)
+
+
+# --- safe by default: HTTPS, and per-learner limits ------------------------------------------------
+
+def test_the_hub_serves_https_on_every_interface_with_the_installed_certificate(monkeypatch, tmp_path):
+    app = _load_hub_config(monkeypatch, tmp_path)
+    assert app.bind_url == "https://:8000"
+    assert (app.ssl_cert, app.ssl_key) == (str(tmp_path / "tls" / "hub.crt"), str(tmp_path / "tls" / "hub.key"))
+
+
+@pytest.mark.parametrize("missing", ["hub.crt", "hub.key"])
+def test_without_its_certificate_the_hub_refuses_to_start_and_says_how_to_make_one(monkeypatch, tmp_path, missing):
+    (_installed_hub_state(tmp_path) / "tls" / missing).unlink()
+    with pytest.raises(SystemExit) as stopped:
+        _load_hub_config(monkeypatch, tmp_path, TFCOURSE_HUB_STATE=str(tmp_path))
+    message = str(stopped.value)
+    assert str(tmp_path / "tls" / missing) in message and "sh deploy/certificate.sh" in message
+    assert "TFCOURSE_SSL_CERT" in message
+
+
+def test_a_given_certificate_is_used_in_place_of_the_self_signed_one(monkeypatch, tmp_path):
+    (tmp_path / "live").mkdir()
+    for name in ("fullchain.pem", "privkey.pem"):
+        (tmp_path / "live" / name).write_text("placeholder\n")
+    app = _load_hub_config(monkeypatch, tmp_path / "state", TFCOURSE_SSL_CERT=str(tmp_path / "live" / "fullchain.pem"),
+                           TFCOURSE_SSL_KEY=str(tmp_path / "live" / "privkey.pem"),
+                           TFCOURSE_HUB_URL="https://hub.example.org:443")
+    assert (app.ssl_cert, app.ssl_key) == (str(tmp_path / "live" / "fullchain.pem"), str(tmp_path / "live" / "privkey.pem"))
+    assert app.bind_url == "https://hub.example.org:443"
+
+
+@pytest.mark.parametrize("proxy", ["python", "absent"])
+def test_https_needs_the_node_proxy_and_the_hub_says_so(monkeypatch, tmp_path, proxy):
+    if proxy == "python":
+        script = tmp_path / "configurable-http-proxy"
+        script.write_text(f"#!{sys.executable}\nfrom configurable_http_proxy.cli import main\n")
+        script.chmod(0o755)
+    else:
+        script = tmp_path / "no-such-proxy"
+    with pytest.raises(SystemExit) as stopped:
+        _load_hub_config(monkeypatch, tmp_path, TFCOURSE_PROXY=str(script))
+    message = str(stopped.value)
+    assert "npm install -g configurable-http-proxy" in message
+    assert ("the Python one" in message) == (proxy == "python")
+
+
+@pytest.mark.parametrize("url", ["http://:8000", "http://0.0.0.0:8000", "http://192.168.1.20:8000",
+                                 "http://hub.example.org", "ftp://127.0.0.1:8000"])
+def test_plain_http_where_others_can_reach_the_hub_is_refused(monkeypatch, url):
+    with pytest.raises(SystemExit) as stopped:
+        _load_hub_config(monkeypatch, TFCOURSE_HUB_URL=url)
+    assert "clear text" in str(stopped.value) and url in str(stopped.value)
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:8000", "http://localhost:8000", "http://[::1]:8000"])
+def test_plain_http_on_loopback_is_a_trial_and_the_log_says_so(monkeypatch, capfd, url):
+    app = _load_hub_config(monkeypatch, TFCOURSE_HUB_URL=url, TFCOURSE_PROXY="configurable-http-proxy")
+    assert app.bind_url.rstrip("/") == url and not app.ssl_cert
+    log = capfd.readouterr().err  # (the hub's log: tests/test_jupyterhub.py reads it in a running hub)
+    assert f"plain HTTP on {url}: only this machine can reach the hub, and nothing is encrypted" in log, log
+
+
+def _spawner(app, name: str):
+    spawner = app.spawner_class(config=app.config, _deprecated_db_session=None, user=SimpleNamespace(name=name))
+    app.config.Spawner.pre_spawn_hook(spawner)
+    return spawner
+
+
+def test_learners_get_hard_limits_and_their_environment_says_so(monkeypatch):
+    import resource
+
+    app = _load_hub_config(monkeypatch, TFCOURSE_INSTRUCTORS="ada")
+    learner, instructor = _spawner(app, "learner1"), _spawner(app, "ada")
+    # The defaults: 3.5 GiB each (16 learners on a 64 GiB machine, 8 GiB left), 512 processes, 2 CPUs.
+    assert dict(learner.process_limits()) == {resource.RLIMIT_DATA: int(3.5 * 2**30), resource.RLIMIT_NPROC: 512}
+    assert 16 * 3.5 + 8 <= 64
+    assert learner.mem_limit == int(3.5 * 2**30) and learner.cpu_limit == 2
+    assert {learner.environment[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")} == {"2"}
+    # Instructors grade whole classes: no limits (grading kernels are capped by tfcourse autograde).
+    assert instructor.process_limits() == [] and instructor.mem_limit is None and instructor.cpu_limit is None
+    assert "OMP_NUM_THREADS" not in instructor.environment
+    # The memory guard watches every learner's processes together, instructors exempt.
+    (guard,) = [s for s in app.config.JupyterHub.services if s["name"] == "memory-guard"]
+    assert guard["command"][1:] == ["-m", "tfcourse.course.memory_guard", "--limit-gb=3.5", "--exempt=ada"]
+    assert guard["command"][0] == "/opt/tfcourse/venv/bin/python"
+
+
+def test_the_limits_are_configurable_and_zero_turns_memory_limits_off(monkeypatch):
+    import resource
+
+    app = _load_hub_config(monkeypatch, TFCOURSE_LEARNER_MEMORY_GB="6", TFCOURSE_LEARNER_CPUS="4",
+                           TFCOURSE_LEARNER_PROCESSES="1000")
+    learner = _spawner(app, "learner1")
+    assert dict(learner.process_limits()) == {resource.RLIMIT_DATA: 6 * 2**30, resource.RLIMIT_NPROC: 1000}
+    assert learner.environment["OMP_NUM_THREADS"] == "4" and learner.cpu_limit == 4
+    off = _load_hub_config(monkeypatch, TFCOURSE_LEARNER_MEMORY_GB="0")
+    assert dict(_spawner(off, "learner1").process_limits()) == {resource.RLIMIT_NPROC: 512}
+    assert "memory-guard" not in {s["name"] for s in off.config.JupyterHub.services}

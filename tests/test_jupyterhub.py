@@ -7,13 +7,21 @@ learners and an instructor as Unix users, the whole nbgrader loop with each step
   where they cannot (an interpreter under root's home, say).
 - Throw-away Unix users (useradd; removed at the end, userdel -r) with 0700 homes; nbgrader's
   exchange is a fresh folder with mode 1777.
-- The Hub: shared-password authenticator, LocalProcessSpawner, the Python configurable-http-proxy.
-  Through its REST API the test adds the learners, makes their tokens and starts their servers;
-  it reaches each server through the proxy (and not another user's).
+- The Hub: shared-password authenticator, the deployment's limited LocalProcessSpawner, the Python
+  configurable-http-proxy, HTTPS on every interface with the self-signed certificate that
+  deploy/certificate.sh makes at install time (the test trusts exactly that certificate). Through its
+  REST API the test adds the learners, makes their tokens and starts their servers; it reaches each
+  server through the proxy (and not another user's).
 - The loop: the instructor generates and releases 04_ffn; each learner fetches it, answers it in
   their own server (its contents API: one learner completely, from solutions/, the other all but
   two exercises) and submits; the instructor collects, autogrades and releases feedback; each
   learner fetches their own feedback, and cannot list or read the other's submission.
+- Safe by default (a second Hub): no login page over plain HTTP at the machine's public address;
+  each learner's server and kernels run under the hard limits the hub sets (memory per process,
+  processes), visible in their environment and process limits, and the instructor's do not; a
+  kernel that allocates past its limit fails in its own cell; a learner whose kernels hold more
+  than their limit together loses the largest (the memory guard), with the reason in the hub's log;
+  and meanwhile the other learner's server answers and runs a cell.
 
 Creating users needs root: as another user the test is skipped, with that reason.
 """
@@ -21,6 +29,7 @@ Creating users needs root: as another user the test is skipped, with that reason
 from __future__ import annotations
 
 import csv
+import http.client
 import http.cookiejar
 import json
 import os
@@ -28,6 +37,8 @@ import re
 import secrets
 import shutil
 import signal
+import socket
+import ssl
 import stat
 import subprocess
 import sys
@@ -42,7 +53,7 @@ import nbformat
 import pytest
 
 from test_grading import _meta, _strip_markers
-from test_instructor import free_port, get_when_up
+from test_instructor import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
@@ -223,15 +234,17 @@ class Classroom:
 # --- the Hub ---------------------------------------------------------------------------------------
 
 class Hub:
-    def __init__(self, url: str, token: str):
-        self.url, self.token = url, token
+    def __init__(self, url: str, token: str, certificate: Path | None, log: Path):
+        self.url, self.token, self.log, self.certificate = url, token, log, certificate
+        # Over HTTPS the hub's own self-signed certificate, and nothing else, is trusted; its names are checked.
+        self.tls = ssl.create_default_context(cafile=str(certificate)) if certificate else None
 
     def request(self, method: str, path: str, token: str | None = None, body=None) -> tuple[int, object]:
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(self.url + path, data=data, method=method,
                                          headers={"Authorization": f"token {token or self.token}"})
         try:
-            with urllib.request.urlopen(request, timeout=60) as response:
+            with urllib.request.urlopen(request, timeout=60, context=self.tls) as response:
                 status, text = response.status, response.read().decode()
         except urllib.error.HTTPError as error:
             status, text = error.code, error.read().decode(errors="replace")
@@ -240,23 +253,35 @@ class Hub:
         except json.JSONDecodeError:
             return status, text
 
-    def login(self, user: str, password: str) -> int:
-        """The login form, as a browser posts it: the status of the answer (302 = logged in)."""
+    def login(self, user: str, password: str) -> tuple[int, http.cookiejar.CookieJar]:
+        """The login form, as a browser posts it: the status of the answer (302 = logged in) and the
+        cookies it set."""
         jar = http.cookiejar.CookieJar()
 
         class NoRedirect(urllib.request.HTTPRedirectHandler):
             def redirect_request(self, *args, **kwargs):
                 return None
 
-        opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar), NoRedirect)
+        opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar), NoRedirect,
+                                             urllib.request.HTTPSHandler(context=self.tls))
         page = opener.open(self.url + "/hub/login", timeout=30).read().decode()
         xsrf = re.search(r'name="_xsrf"\s+value="([^"]+)"', page)
         form = {"username": user, "password": password, **({"_xsrf": xsrf.group(1)} if xsrf else {})}
         try:
             with opener.open(self.url + "/hub/login", data=urllib.parse.urlencode(form).encode(), timeout=30) as answer:
-                return answer.status
+                return answer.status, jar
         except urllib.error.HTTPError as error:
-            return error.code
+            return error.code, jar
+
+    def wait_until_up(self, process: subprocess.Popen, timeout: float = 90) -> None:
+        deadline = time.monotonic() + timeout
+        while process.poll() is None and time.monotonic() < deadline:
+            try:
+                if self.request("GET", "/hub/api")[0] == 200:
+                    return
+            except OSError:
+                time.sleep(1)
+        raise AssertionError("the Hub did not come up:\n" + self.log.read_text()[-5000:])
 
 
 @pytest.fixture
@@ -282,12 +307,32 @@ def classroom():
         subprocess.run(["rm", "-rf", "--one-file-system", str(root)])  # (much faster than shutil.rmtree)
 
 
-@pytest.fixture
-def hub(classroom):
-    room = classroom
+LEARNER_MEMORY_GB = 1.0  # the learners' limit in these tests (the deployment's default: 3.5)
+
+
+def _node_proxy() -> str | None:
+    """The Node.js configurable-http-proxy on the system's PATH (the one that serves HTTPS; the Python
+    implementation in the tests' environment does not)."""
+    system_path = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep)
+                                  if Path(p).resolve() != Path(sys.executable).parent.resolve())
+    found = shutil.which("configurable-http-proxy", path=system_path)
+    return found if found and b"node" in Path(found).read_bytes()[:100] else None
+
+
+def _running_hub(room: Classroom, secure: bool):
+    """A Hub with deploy/jupyterhub_config.py. `secure`: its defaults, HTTPS on every interface with
+    the certificate deploy/certificate.sh makes at install time, and the Node.js proxy; otherwise a
+    trial on one's own machine: plain HTTP on loopback, and the Python proxy."""
     state = room.root / "hub"
     state.mkdir(mode=0o700)
     port, token = free_port(), secrets.token_hex(32)
+    if secure:
+        made = subprocess.run(["sh", str(DEPLOY / "certificate.sh"), str(state / "tls")], capture_output=True, text=True)
+        assert made.returncode == 0 and (state / "tls" / "hub.key").stat().st_mode & 0o077 == 0, made
+        proxy, url, hub_url = _node_proxy(), f"https://:{port}", f"https://127.0.0.1:{port}"
+    else:
+        proxy = str(Path(sys.executable).parent / "configurable-http-proxy")
+        url = hub_url = f"http://127.0.0.1:{port}"
     # (the Hub wants an admin password of at least 32 characters)
     room.learner_password, room.teacher_password = secrets.token_hex(8), secrets.token_hex(20)
     config = state / "jupyterhub_config.py"
@@ -304,26 +349,22 @@ c.JupyterHub.load_roles.append({{"name": "classroom-test", "services": ["classro
     "scopes": ["admin:users", "admin:servers", "tokens", "access:servers", "list:users", "read:users"]}})
 c.JupyterHub.hub_bind_url = "http://127.0.0.1:{free_port()}"
 c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{free_port()}"
-c.ConfigurableHTTPProxy.command = [{str(Path(sys.executable).parent / 'configurable-http-proxy')!r}]
 c.Spawner.environment.update({{"TFCOURSE_FAST": "1", "MPLBACKEND": "Agg", **{room.extra_env!r}}})
 """)
+    # TFCOURSE_HUB_URL: the default's scheme and interfaces (https://:8000), on a free port.
     env = {**os.environ, "TFCOURSE_PREFIX": str(room.venv), "TFCOURSE_EXCHANGE": str(room.exchange),
            "TFCOURSE_HUB_STATE": str(state), "TFCOURSE_INSTRUCTORS": room.teacher,
            "TFCOURSE_AUTHENTICATOR": "shared-password", "TFCOURSE_LEARNER_PASSWORD": room.learner_password,
-           "TFCOURSE_INSTRUCTOR_PASSWORD": room.teacher_password, "TFCOURSE_HUB_URL": f"http://127.0.0.1:{port}",
+           "TFCOURSE_INSTRUCTOR_PASSWORD": room.teacher_password, "TFCOURSE_HUB_URL": url,
+           "TFCOURSE_PROXY": proxy, "TFCOURSE_LEARNER_MEMORY_GB": str(LEARNER_MEMORY_GB),
            "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"]}
     log = (state / "hub.log").open("w")
     process = subprocess.Popen([sys.executable, "-m", "jupyterhub", "-f", str(config)], cwd=state, env=env,
                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    the_hub = Hub(f"http://127.0.0.1:{port}", token)
+    the_hub = Hub(hub_url, token, state / "tls" / "hub.crt" if secure else None, state / "hub.log")
+    the_hub.port = port
     try:
-        deadline = time.monotonic() + 90
-        while process.poll() is None and time.monotonic() < deadline:
-            status, _ = get_when_up(f"{the_hub.url}/hub/api", timeout=2)
-            if status == 200:
-                break
-        assert process.poll() is None and status == 200, \
-            "the Hub did not come up:\n" + (state / "hub.log").read_text()[-5000:]
+        the_hub.wait_until_up(process)
         yield the_hub
     finally:
         for user in room.users:  # the servers and kernels, at once (a graceful stop takes 10 s or more each)
@@ -339,6 +380,21 @@ c.Spawner.environment.update({{"TFCOURSE_FAST": "1", "MPLBACKEND": "Agg", **{roo
             pass
         process.wait()
         log.close()
+
+
+@pytest.fixture
+def hub(classroom):
+    """A trial hub: plain HTTP on loopback (only this machine can reach it)."""
+    yield from _running_hub(classroom, secure=False)
+
+
+@pytest.fixture
+def secure_hub(classroom):
+    """The hub as deployed by default: HTTPS on every interface."""
+    if _node_proxy() is None:
+        pytest.skip("HTTPS needs the Node.js configurable-http-proxy (`npm install -g configurable-http-proxy`), "
+                    "which this machine does not have; .ci/run installs it")
+    yield from _running_hub(classroom, secure=True)
 
 
 # --- the loop --------------------------------------------------------------------------------------
@@ -370,6 +426,8 @@ def test_two_learners_and_an_instructor_through_a_real_jupyterhub(classroom, hub
     room, started = classroom, time.monotonic()
     alice, bob, teacher = room.alice, room.bob, room.teacher
     learners = (alice, bob)
+    # A trial hub (plain HTTP, loopback only): allowed, with a warning in the hub's log.
+    assert f"plain HTTP on {hub.url}: only this machine can reach the hub" in hub.log.read_text()
 
     # The instructor is a hub admin from the configuration; the learners are added through the API.
     status, created = hub.request("POST", "/hub/api/users", body={"usernames": list(learners)})
@@ -377,9 +435,9 @@ def test_two_learners_and_an_instructor_through_a_real_jupyterhub(classroom, hub
     status, users = hub.request("GET", "/hub/api/users")
     assert {u["name"]: u["admin"] for u in users} == {alice: False, bob: False, teacher: True}
     # The shared-password authenticator: the learners' password, the instructor's own.
-    assert hub.login(alice, room.learner_password) == 302
-    assert hub.login(alice, "not-the-password") == 403
-    assert hub.login(teacher, room.teacher_password) == 302
+    assert hub.login(alice, room.learner_password)[0] == 302
+    assert hub.login(alice, "not-the-password")[0] == 403
+    assert hub.login(teacher, room.teacher_password)[0] == 302
 
     tokens = {}
     for user in (*learners, teacher):
@@ -502,3 +560,178 @@ def room_uid(user: str) -> int:
     import pwd
 
     return pwd.getpwnam(user).pw_uid
+
+
+# --- safe by default: HTTPS only, and no learner can starve another ---------------------------------
+
+def _public_address() -> str:
+    """This machine's first address other than loopback (what learners on its network type); loopback
+    only on a machine without one (the hub listens on every interface, so it is the same socket)."""
+    import psutil
+
+    for addresses in psutil.net_if_addrs().values():
+        for address in addresses:
+            if address.family == socket.AF_INET and not address.address.startswith("127."):
+                return address.address
+    return "127.0.0.1"
+
+
+def _plain_http(url: str) -> str:
+    """What a browser that types http:// gets: the page, or the error that ended the request."""
+    try:
+        with urllib.request.urlopen(url, timeout=15) as response:
+            return response.read().decode(errors="replace")
+    except urllib.error.HTTPError as error:
+        return error.read().decode(errors="replace")
+    except (OSError, http.client.HTTPException) as error:
+        return f"{type(error).__name__}: {error}"
+
+
+async def _execute(url: str, token: str, tls: ssl.SSLContext, code: str, timeout: float) -> tuple[str, str]:
+    """Run `code` in a kernel through its websocket, as JupyterLab does: (the reply's status, the
+    cell's output, errors as "Name: value")."""
+    import asyncio
+
+    from tornado.httpclient import HTTPRequest
+    from tornado.websocket import websocket_connect
+
+    connection = await websocket_connect(HTTPRequest(url, headers={"Authorization": f"token {token}"},
+                                                     ssl_options=tls))
+    msg_id = secrets.token_hex(8)
+    await connection.write_message(json.dumps({
+        "header": {"msg_id": msg_id, "msg_type": "execute_request", "username": "classroom-test",
+                   "session": secrets.token_hex(8), "version": "5.3", "date": ""},
+        "parent_header": {}, "metadata": {}, "channel": "shell", "buffers": [],
+        "content": {"code": code, "silent": False, "store_history": False, "user_expressions": {},
+                    "allow_stdin": False, "stop_on_error": True}}))
+    output, status, idle = [], None, False
+    try:
+        while status is None or not idle:  # the reply (shell) and the end of its output (iopub)
+            text = await asyncio.wait_for(connection.read_message(), timeout)
+            if text is None:
+                raise ConnectionError(f"the kernel's websocket closed while running {code!r}")
+            message = json.loads(text)
+            if message.get("parent_header", {}).get("msg_id") != msg_id:
+                continue
+            kind, content = message["msg_type"], message["content"]
+            if kind == "stream":
+                output.append(content["text"])
+            elif kind == "execute_result":
+                output.append(content["data"]["text/plain"])
+            elif kind == "error":
+                output.append(f"{content['ename']}: {content['evalue']}")
+            elif kind == "execute_reply":
+                status = content["status"]
+            elif kind == "status" and content["execution_state"] == "idle":
+                idle = True
+    finally:
+        connection.close()
+    return status, "".join(output)
+
+
+class Kernel:
+    """A kernel in a user's server, started and run through the hub's proxy as JupyterLab does."""
+
+    def __init__(self, hub: Hub, user: str, token: str):
+        self.hub, self.user, self.token = hub, user, token
+        status, model = hub.request("POST", f"/user/{user}/api/kernels", token=token, body={"name": "python3"})
+        assert status == 201, model
+        self.id = model["id"]
+        self.pid = int(self.run("import os; print(os.getpid())")[1])
+
+    def run(self, code: str, timeout: float = 90) -> tuple[str, str]:
+        import asyncio
+
+        url = self.hub.url.replace("https://", "wss://") + f"/user/{self.user}/api/kernels/{self.id}/channels"
+        return asyncio.run(_execute(url, self.token, self.hub.tls, code, timeout))
+
+
+def _limits(process) -> dict[str, tuple[str, str]]:
+    """A process's limits as the system shows them (/proc/PID/limits): {name: (soft, hard)}."""
+    rows = Path(f"/proc/{process.pid}/limits").read_text().splitlines()[1:]
+    return {row[:26].strip(): tuple(row[26:].split()[:2]) for row in rows}
+
+
+def _server_process(user: str):
+    import psutil
+
+    (server,) = [p for p in psutil.process_iter(["username", "cmdline"])
+                 if p.info["username"] == user and any("jupyterhub-singleuser" in a for a in p.info["cmdline"] or [])]
+    return server
+
+
+def test_the_hub_is_https_only_and_no_learner_can_starve_another(classroom, secure_hub):
+    import psutil
+
+    hub = secure_hub
+    room, limit = classroom, int(LEARNER_MEMORY_GB * 2**30)
+    alice, bob, teacher = room.alice, room.bob, room.teacher
+
+    # Encrypted: the hub answers over HTTPS with the installed certificate, at its public address
+    # too, and its login cookies are for HTTPS only. Plain HTTP there gets no login page.
+    public = _public_address()
+    assert Hub(f"https://{public}:{hub.port}", hub.token, hub.certificate, hub.log) \
+        .request("GET", "/hub/api")[0] == 200
+    status, page = hub.request("GET", "/hub/login")
+    assert status == 200 and 'name="password"' in page
+    plain = _plain_http(f"http://{public}:{hub.port}/hub/login")
+    assert 'name="password"' not in plain and "<form" not in plain, plain[:500]
+    status, created = hub.request("POST", "/hub/api/users", body={"usernames": [alice, bob]})
+    assert status == 201, created
+    status, cookies = hub.login(alice, room.learner_password)
+    logins = {cookie.name: cookie.secure for cookie in cookies if cookie.name.startswith("jupyterhub-")}
+    assert status == 302 and logins and all(logins.values()), logins  # (a browser never sends them over HTTP)
+    print(f"plain HTTP at {public}:{hub.port} got: {plain[:120]!r}")
+
+    tokens = {}
+    for user in (alice, bob, teacher):
+        status, model = hub.request("POST", f"/hub/api/users/{user}/tokens", body={"note": "limits test"})
+        assert status == 201, model
+        tokens[user] = model["token"]
+        assert hub.request("POST", f"/hub/api/users/{user}/server")[0] in (201, 202)
+    for user in tokens:
+        _wait_until_ready(hub, user)
+
+    # The limits, as each server runs: hard process limits and the environment, for the learners only.
+    for learner in (alice, bob):
+        server = _server_process(learner)
+        limits = _limits(server)
+        assert limits["Max data size"] == (str(limit), str(limit)), limits
+        assert limits["Max processes"] == ("512", "512"), limits
+        environment = server.environ()
+        assert environment["MEM_LIMIT"] == str(limit) and environment["OMP_NUM_THREADS"] == "2", environment
+        assert f"{learner}'s server starts limited to {LEARNER_MEMORY_GB:.2f} GiB" in hub.log.read_text()
+    instructor = _server_process(teacher)
+    assert _limits(instructor)["Max data size"] == ("unlimited", "unlimited")
+    assert "MEM_LIMIT" not in instructor.environ()
+
+    # A kernel inherits them; one that allocates past its limit fails in that cell, and goes on.
+    first = Kernel(hub, alice, tokens[alice])
+    status, output = first.run("import os, resource; print(resource.getrlimit(resource.RLIMIT_DATA), os.environ['CPU_LIMIT'])")
+    assert (status, output.strip()) == ("ok", f"({limit}, {limit}) 2.0")
+    status, output = first.run(f"too_much = b'1' * {limit}")
+    assert status == "error" and output.startswith("MemoryError"), output
+    assert first.run("print(6 * 7)") == ("ok", "42\n")
+
+    # Two kernels that each fit, but not together: the memory guard stops the larger and says so.
+    second = Kernel(hub, alice, tokens[alice])
+    share = int(0.55 * limit)
+    for kernel in (first, second):
+        status, output = kernel.run(f"held = b'1' * {share}; print(len(held))")
+        assert (status, output) == ("ok", f"{share}\n"), output
+    deadline, stopped = time.monotonic() + 30, None
+    while stopped is None and time.monotonic() < deadline:
+        stopped = re.search(rf"memory-guard\] {alice} holds [\d.]+ GiB in \d+ processes, over the learner limit of "
+                            rf"{LEARNER_MEMORY_GB:.2f} GiB: stopped their largest, pid (\d+)", hub.log.read_text())
+        time.sleep(1)
+    assert stopped, "the memory guard did not act:\n" + hub.log.read_text()[-3000:]
+    print(stopped.group(0))
+    assert int(stopped.group(1)) in (first.pid, second.pid) and not psutil.pid_exists(int(stopped.group(1)))
+    survivor = second if int(stopped.group(1)) == first.pid else first
+    assert survivor.run("print(len(held))") == ("ok", f"{share}\n")
+
+    # Meanwhile the other learner noticed nothing: their server answers and runs a cell.
+    status, model = hub.request("GET", f"/user/{bob}/api/status", token=tokens[bob])
+    assert status == 200, model
+    assert Kernel(hub, bob, tokens[bob]).run("print(sum(range(10)))") == ("ok", "45\n")
+    assert _server_process(alice).is_running()  # alice lost one kernel, not her server
