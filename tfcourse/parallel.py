@@ -153,6 +153,26 @@ def _worker_main(function: str, folder: str) -> None:
         dist.destroy_process_group()
 
 
+def _run_worker(function: str, folder: str) -> None:
+    """`_worker_main`, then out at once: past this point the work is saved, and the interpreter's
+    normal shutdown can abort in gloo's C++ teardown ("terminate called without an active
+    exception", exit code -6; about one run in three on 2 CPUs), which would fail a worker that
+    did everything right. A worker that raised still exits with 1 and its traceback."""
+    try:
+        _worker_main(function, folder)
+        code = 0
+    except SystemExit as stop:  # sys.exit(...) in the function: its code, as the interpreter would
+        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+    except BaseException:  # noqa: BLE001 - report anything, as the interpreter would
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def hello(rank: int, world_size: int) -> dict[str, Any]:
     """The smallest collective: every worker contributes its rank, all_reduce sums them everywhere."""
     value = torch.tensor([float(rank)])
@@ -432,4 +452,4 @@ __all__ = ["STRATEGIES", "BYTES_PER_VALUE", "WorkerFailed", "free_port", "launch
 
 
 if __name__ == "__main__":
-    _worker_main(sys.argv[1], sys.argv[2])
+    _run_worker(sys.argv[1], sys.argv[2])
