@@ -74,3 +74,16 @@ def test_the_guard_refuses_a_missing_or_meaningless_limit(argv, capsys):
     with pytest.raises(SystemExit) as stopped:
         main(argv)
     assert stopped.value.code == 2 and "--limit-gb" in capsys.readouterr().err
+
+
+def test_the_guard_stops_when_the_hub_that_started_it_is_gone():
+    # The hub stands in as a shell that starts the guard and exits without stopping it.
+    guard_command = f"{sys.executable} -m tfcourse.course.memory_guard --limit-gb 1 --every 0.1"
+    hub = subprocess.run(["sh", "-c", f"{guard_command} >/dev/null 2>&1 & echo $!; sleep 1"],
+                         capture_output=True, text=True, check=True)
+    guard = psutil.Process(int(hub.stdout.strip()))
+    try:
+        guard.wait(timeout=15)  # psutil.TimeoutExpired if the guard outlives its hub
+    finally:
+        if guard.is_running():
+            guard.kill()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import time
 
 import psutil
@@ -102,10 +103,12 @@ def main(argv: list[str] | None = None) -> None:
     limit, exempt = int(options.limit_gb * 2**30), {name for name in options.exempt.split(",") if name}
     log.info("each learner may hold %s in all their processes; checked every %g s; exempt: %s",
              gib(limit), options.every, ", ".join(sorted(exempt)) or "nobody")
-    while True:
+    hub = os.getppid()  # the hub that started this service
+    while os.getppid() == hub:  # a hub that stopped without stopping its services leaves none behind
         for line in enforce(limit, learners_processes(exempt)):
             log.warning(line)
         time.sleep(options.every)
+    log.info("the hub (pid %d) has stopped: so does the memory guard", hub)
 
 
 if __name__ == "__main__":
