@@ -132,3 +132,16 @@ def test_without_torchrun_there_is_no_group_and_everyone_is_main(monkeypatch):
     assert distributed.start("cpu") is None and distributed.current() is None and distributed.is_main()
     values = torch.tensor([1.0, 2.0])
     assert distributed.mean_over_workers(values) is values
+
+
+@pytest.mark.parametrize("under_torchrun", [True, False])
+def test_the_script_ends_without_the_interpreters_shutdown_only_under_torchrun(under_torchrun, tmp_path):
+    # Under torchrun, gloo's teardown in that shutdown could abort (exit code -6) after a finished run,
+    # and torchrun then reported it failed; an atexit handler stands in for that teardown.
+    code = ("import atexit, pathlib; from tfcourse.training import distributed; "
+            f"atexit.register(pathlib.Path({str(tmp_path)!r}, 'shut down').touch); distributed.exit_script(3)")
+    torchrun = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1"}
+    environment = {key: value for key, value in os.environ.items() if key not in torchrun}
+    finished = subprocess.run([sys.executable, "-c", code], env={**environment, **(torchrun if under_torchrun else {})})
+    assert finished.returncode == 3
+    assert (tmp_path / "shut down").exists() is not under_torchrun

@@ -154,10 +154,8 @@ def _worker_main(function: str, folder: str) -> None:
 
 
 def _run_worker(function: str, folder: str) -> None:
-    """`_worker_main`, then out at once: past this point the work is saved, and the interpreter's
-    normal shutdown can abort in gloo's C++ teardown ("terminate called without an active
-    exception", exit code -6; about one run in three on 2 CPUs), which would fail a worker that
-    did everything right. A worker that raised still exits with 1 and its traceback."""
+    """`_worker_main`, then out at once (`exit_without_teardown`; the interpreter's shutdown aborted
+    about one DDP run in three on 2 CPUs). A worker that raised still exits with 1 and its traceback."""
     try:
         _worker_main(function, folder)
         code = 0
@@ -168,6 +166,13 @@ def _run_worker(function: str, folder: str) -> None:
 
         traceback.print_exc()
         code = 1
+    exit_without_teardown(code)
+
+
+def exit_without_teardown(code: int) -> None:
+    """End this process now with `code`, its output flushed, skipping the interpreter's shutdown: once a
+    gloo process group has run here, that shutdown can abort in gloo's C++ teardown ("terminate called
+    without an active exception", exit code -6), failing a process that finished its work."""
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
@@ -448,7 +453,8 @@ def time_steps_on_worker(rank: int, world_size: int, steps: int, width: int = 51
 __all__ = ["STRATEGIES", "BYTES_PER_VALUE", "WorkerFailed", "free_port", "launch", "load_function", "hello",
            "shard_batch", "average_gradients", "simulate_ring_all_reduce", "ring_bytes_sent",
            "accumulate_gradients", "memory_per_gpu", "FUNCTION_FILE_HEADER", "function_file", "train_on_worker",
-           "count_all_reduces_on_worker", "optimizer_state_bytes_on_worker", "SHARING", "time_steps_on_worker"]
+           "count_all_reduces_on_worker", "optimizer_state_bytes_on_worker", "SHARING", "time_steps_on_worker",
+           "exit_without_teardown"]
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..training import shakespeare
+from ..training import distributed, shakespeare
 from ..training.recipes import Recipe
 from .assemble import your_gpt_config, your_parts
 
@@ -45,4 +45,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    distributed.exit_script(main())  # under torchrun: no interpreter shutdown, which can abort in gloo

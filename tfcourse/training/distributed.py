@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from ..parallel import shard_batch
+from ..parallel import exit_without_teardown, shard_batch
 
 TORCHRUN_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE")
 
@@ -59,6 +59,15 @@ def start(device_type: str) -> Worker | None:
 def stop() -> None:
     if dist.is_initialized():
         dist.destroy_process_group()
+
+
+def exit_script(code: int) -> None:
+    """How the training script ends: under torchrun without the interpreter's shutdown, which can abort
+    in gloo's teardown after the run is done and saved (torchrun would then report the run failed);
+    otherwise as usual."""
+    if under_torchrun():
+        exit_without_teardown(code)
+    raise SystemExit(code)
 
 
 def current() -> Worker | None:

@@ -323,4 +323,4 @@ def _train_and_report(args: argparse.Namespace, parser: argparse.ArgumentParser,
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    distributed.exit_script(main())  # under torchrun: no interpreter shutdown, which can abort in gloo
