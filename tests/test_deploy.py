@@ -89,16 +89,15 @@ def _node_proxy(folder: Path) -> Path:
     return script
 
 
-def _load_hub_config(monkeypatch, tmp_path=None, **env):
+def _load_hub_config(monkeypatch, folder: Path, **env):
     """JupyterHub with deploy/jupyterhub_config.py loaded, under exactly `env` (TFCOURSE_...). Unless
-    `env` says otherwise, the hub's state folder holds the installed certificate and the proxy is Node's."""
-    import tempfile
-
+    `env` says otherwise, the hub's state folder (in `folder`) holds the installed certificate and the
+    proxy (in `folder` too) is Node's."""
     from jupyterhub.app import JupyterHub
 
     for key in [k for k in os.environ if k.startswith("TFCOURSE_")]:
         monkeypatch.delenv(key)
-    folder = Path(tmp_path or tempfile.mkdtemp(prefix="tfcourse-hub-test-"))
+    folder.mkdir(parents=True, exist_ok=True)
     if "TFCOURSE_HUB_STATE" not in env:
         env["TFCOURSE_HUB_STATE"] = str(_installed_hub_state(folder))
     if "TFCOURSE_PROXY" not in env:
@@ -110,11 +109,11 @@ def _load_hub_config(monkeypatch, tmp_path=None, **env):
     return app
 
 
-def test_the_one_machine_hub_configuration_loads_into_jupyterhub(monkeypatch):
+def test_the_one_machine_hub_configuration_loads_into_jupyterhub(monkeypatch, tmp_path):
     from jupyterhub.auth import PAMAuthenticator
     from jupyterhub.spawner import LocalProcessSpawner
 
-    app = _load_hub_config(monkeypatch)
+    app = _load_hub_config(monkeypatch, tmp_path)
     config = app.config
     assert app.authenticator_class is PAMAuthenticator or app.authenticator_class == "pam"
     assert issubclass(app.spawner_class, LocalProcessSpawner)
@@ -131,8 +130,8 @@ def test_the_one_machine_hub_configuration_loads_into_jupyterhub(monkeypatch):
     assert role["services"] == ["idle-culler"] and "delete:servers" in role["scopes"]
 
 
-def test_formgrader_is_switched_on_for_instructors_only(monkeypatch):
-    app = _load_hub_config(monkeypatch, TFCOURSE_INSTRUCTORS="ada,grace")
+def test_formgrader_is_switched_on_for_instructors_only(monkeypatch, tmp_path):
+    app = _load_hub_config(monkeypatch, tmp_path, TFCOURSE_INSTRUCTORS="ada,grace")
     hook = app.config.Spawner.pre_spawn_hook
     shared = app.config.Spawner.environment
     environments = {}
@@ -146,17 +145,17 @@ def test_formgrader_is_switched_on_for_instructors_only(monkeypatch):
     assert "JUPYTER_CONFIG_PATH" not in shared, "the hook must not change the environment every server shares"
 
 
-def test_the_trial_authenticator_takes_its_passwords_from_the_environment(monkeypatch):
+def test_the_trial_authenticator_takes_its_passwords_from_the_environment(monkeypatch, tmp_path):
     from jupyterhub.authenticators.shared import SharedPasswordAuthenticator
 
-    app = _load_hub_config(monkeypatch, TFCOURSE_AUTHENTICATOR="shared-password",
+    app = _load_hub_config(monkeypatch, tmp_path, TFCOURSE_AUTHENTICATOR="shared-password",
                            TFCOURSE_LEARNER_PASSWORD="learners-password",
                            TFCOURSE_INSTRUCTOR_PASSWORD="an-instructor-password-of-32-chars!")
     authenticator = SharedPasswordAuthenticator(config=app.config)
     assert authenticator.user_password == "learners-password"
     assert authenticator.admin_users == {"instructor"}
     with pytest.raises(KeyError):  # without passwords the trial hub refuses to start
-        _load_hub_config(monkeypatch, TFCOURSE_AUTHENTICATOR="shared-password").config.SharedPasswordAuthenticator
+        _load_hub_config(monkeypatch, tmp_path / "no passwords", TFCOURSE_AUTHENTICATOR="shared-password").config.SharedPasswordAuthenticator
 
 
 def test_the_course_wide_nbgrader_configuration_names_the_course_and_the_exchange(monkeypatch):
@@ -235,15 +234,15 @@ def test_https_needs_the_node_proxy_and_the_hub_says_so(monkeypatch, tmp_path, p
 
 @pytest.mark.parametrize("url", ["http://:8000", "http://0.0.0.0:8000", "http://192.168.1.20:8000",
                                  "http://hub.example.org", "ftp://127.0.0.1:8000"])
-def test_plain_http_where_others_can_reach_the_hub_is_refused(monkeypatch, url):
+def test_plain_http_where_others_can_reach_the_hub_is_refused(monkeypatch, tmp_path, url):
     with pytest.raises(SystemExit) as stopped:
-        _load_hub_config(monkeypatch, TFCOURSE_HUB_URL=url)
+        _load_hub_config(monkeypatch, tmp_path, TFCOURSE_HUB_URL=url)
     assert "clear text" in str(stopped.value) and url in str(stopped.value)
 
 
 @pytest.mark.parametrize("url", ["http://127.0.0.1:8000", "http://localhost:8000", "http://[::1]:8000"])
-def test_plain_http_on_loopback_is_a_trial_and_the_log_says_so(monkeypatch, capfd, url):
-    app = _load_hub_config(monkeypatch, TFCOURSE_HUB_URL=url, TFCOURSE_PROXY="configurable-http-proxy")
+def test_plain_http_on_loopback_is_a_trial_and_the_log_says_so(monkeypatch, capfd, tmp_path, url):
+    app = _load_hub_config(monkeypatch, tmp_path, TFCOURSE_HUB_URL=url, TFCOURSE_PROXY="configurable-http-proxy")
     assert app.bind_url.rstrip("/") == url and not app.ssl_cert
     log = capfd.readouterr().err  # (the hub's log: tests/test_jupyterhub.py reads it in a running hub)
     assert f"plain HTTP on {url}: only this machine can reach the hub, and nothing is encrypted" in log, log
@@ -255,10 +254,10 @@ def _spawner(app, name: str):
     return spawner
 
 
-def test_learners_get_hard_limits_and_their_environment_says_so(monkeypatch):
+def test_learners_get_hard_limits_and_their_environment_says_so(monkeypatch, tmp_path):
     import resource
 
-    app = _load_hub_config(monkeypatch, TFCOURSE_INSTRUCTORS="ada")
+    app = _load_hub_config(monkeypatch, tmp_path, TFCOURSE_INSTRUCTORS="ada")
     learner, instructor = _spawner(app, "learner1"), _spawner(app, "ada")
     # The defaults: 3.5 GiB each (16 learners on a 64 GiB machine, 8 GiB left), 512 processes, 2 CPUs.
     assert dict(learner.process_limits()) == {resource.RLIMIT_DATA: int(3.5 * 2**30), resource.RLIMIT_NPROC: 512}
@@ -274,14 +273,14 @@ def test_learners_get_hard_limits_and_their_environment_says_so(monkeypatch):
     assert guard["command"][0] == "/opt/tfcourse/venv/bin/python"
 
 
-def test_the_limits_are_configurable_and_zero_turns_memory_limits_off(monkeypatch):
+def test_the_limits_are_configurable_and_zero_turns_memory_limits_off(monkeypatch, tmp_path):
     import resource
 
-    app = _load_hub_config(monkeypatch, TFCOURSE_LEARNER_MEMORY_GB="6", TFCOURSE_LEARNER_CPUS="4",
+    app = _load_hub_config(monkeypatch, tmp_path, TFCOURSE_LEARNER_MEMORY_GB="6", TFCOURSE_LEARNER_CPUS="4",
                            TFCOURSE_LEARNER_PROCESSES="1000")
     learner = _spawner(app, "learner1")
     assert dict(learner.process_limits()) == {resource.RLIMIT_DATA: 6 * 2**30, resource.RLIMIT_NPROC: 1000}
     assert learner.environment["OMP_NUM_THREADS"] == "4" and learner.cpu_limit == 4
-    off = _load_hub_config(monkeypatch, TFCOURSE_LEARNER_MEMORY_GB="0")
+    off = _load_hub_config(monkeypatch, tmp_path / "off", TFCOURSE_LEARNER_MEMORY_GB="0")
     assert dict(_spawner(off, "learner1").process_limits()) == {resource.RLIMIT_NPROC: 512}
     assert "memory-guard" not in {s["name"] for s in off.config.JupyterHub.services}
