@@ -74,12 +74,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def get_when_up(url: str, timeout: float = 90) -> tuple[int | None, str]:
-    """GET `url`, waiting for the server to come up."""
+def get_when_up(url: str, timeout: float = 90, context=None) -> tuple[int | None, str]:
+    """GET `url`, waiting for the server to come up (`context`: the ssl.SSLContext an https:// URL needs)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            with urllib.request.urlopen(url, timeout=30) as response:
+            with urllib.request.urlopen(url, timeout=30, context=context) as response:
                 return response.status, response.read().decode()
         except OSError:
             time.sleep(1)

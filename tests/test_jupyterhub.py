@@ -7,16 +7,17 @@ learners and an instructor as Unix users, the whole nbgrader loop with each step
   where they cannot (an interpreter under root's home, say).
 - Throw-away Unix users (useradd; removed at the end, userdel -r) with 0700 homes; nbgrader's
   exchange is a fresh folder with mode 1777.
-- The Hub: shared-password authenticator, the deployment's limited LocalProcessSpawner, the Python
-  configurable-http-proxy, HTTPS on every interface with the self-signed certificate that
-  deploy/certificate.sh makes at install time (the test trusts exactly that certificate). Through its
-  REST API the test adds the learners, makes their tokens and starts their servers; it reaches each
-  server through the proxy (and not another user's).
+- The Hub: shared-password authenticator, the deployment's limited LocalProcessSpawner; for the loop,
+  a trial hub (plain HTTP on loopback, the Python configurable-http-proxy). Through its REST API the
+  test adds the learners, makes their tokens and starts their servers; it reaches each server through
+  the proxy (and not another user's).
 - The loop: the instructor generates and releases 04_ffn; each learner fetches it, answers it in
   their own server (its contents API: one learner completely, from solutions/, the other all but
   two exercises) and submits; the instructor collects, autogrades and releases feedback; each
   learner fetches their own feedback, and cannot list or read the other's submission.
-- Safe by default (a second Hub): no login page over plain HTTP at the machine's public address;
+- Safe by default (a second Hub, as deployed: HTTPS on every interface with the self-signed
+  certificate deploy/certificate.sh makes at install time, which the test trusts and nothing else,
+  and the Node.js proxy): no login page over plain HTTP at the machine's public address;
   each learner's server and kernels run under the hard limits the hub sets (memory per process,
   processes), visible in their environment and process limits, and the instructor's do not; a
   kernel that allocates past its limit fails in its own cell; a learner whose kernels hold more
@@ -53,7 +54,7 @@ import nbformat
 import pytest
 
 from test_grading import _meta, _strip_markers
-from test_instructor import free_port
+from test_instructor import free_port, get_when_up
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
@@ -276,11 +277,8 @@ class Hub:
     def wait_until_up(self, process: subprocess.Popen, timeout: float = 90) -> None:
         deadline = time.monotonic() + timeout
         while process.poll() is None and time.monotonic() < deadline:
-            try:
-                if self.request("GET", "/hub/api")[0] == 200:
-                    return
-            except OSError:
-                time.sleep(1)
+            if get_when_up(f"{self.url}/hub/api", timeout=2, context=self.tls)[0] == 200:
+                return
         raise AssertionError("the Hub did not come up:\n" + self.log.read_text()[-5000:])
 
 
@@ -679,14 +677,13 @@ def _limits(process) -> dict[str, tuple[str, str]]:
 def _server_process(user: str):
     import psutil
 
-    (server,) = [p for p in psutil.process_iter(["username", "cmdline"])
-                 if p.info["username"] == user and any("jupyterhub-singleuser" in a for a in p.info["cmdline"] or [])]
+    from tfcourse.course.memory_guard import is_server
+
+    (server,) = [p for p in psutil.process_iter(["username"]) if p.info["username"] == user and is_server(p)]
     return server
 
 
 def test_the_hub_is_https_only_and_no_learner_can_starve_another(classroom, secure_hub):
-    import psutil
-
     hub = secure_hub
     room, limit = classroom, int(LEARNER_MEMORY_GB * 2**30)
     alice, bob, teacher = room.alice, room.bob, room.teacher
