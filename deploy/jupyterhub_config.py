@@ -61,7 +61,8 @@ LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
 
 def _serve(url: str) -> None:
-    scheme, host = urlsplit(url).scheme, urlsplit(url).hostname
+    parts = urlsplit(url)
+    scheme, host = parts.scheme, parts.hostname
     if scheme == "https":
         missing = [path for path in (SSL_CERT, SSL_KEY) if not os.path.isfile(path)]
         if missing:
@@ -69,7 +70,10 @@ def _serve(url: str) -> None:
                      f"self-signed certificate with `sh deploy/certificate.sh {os.path.dirname(SSL_CERT)}`, or set "
                      "TFCOURSE_SSL_CERT and TFCOURSE_SSL_KEY to your certificate and key (deploy/README.md)")
         proxy = shutil.which(PROXY)
-        if proxy is None or b"python" in open(proxy, "rb").readline():
+        if proxy is not None:
+            with open(proxy, "rb") as script:
+                shebang = script.readline()
+        if proxy is None or b"python" in shebang:
             sys.exit(f"tfcourse: the hub serves HTTPS ({url}), which needs the Node.js configurable-http-proxy; "
                      + (f"{proxy} is the Python one, which serves plain HTTP only. " if proxy else f"{PROXY} is not on PATH. ")
                      + "Install it with `npm install -g configurable-http-proxy`, or set TFCOURSE_PROXY to it.")
