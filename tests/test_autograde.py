@@ -267,6 +267,24 @@ def test_a_demo_that_fails_for_an_unfinished_exercise_is_said_to_depend_on_it(tm
     assert "2 later cell(s) use an exercise that does not pass yet" in capsys.readouterr().out
 
 
+def test_a_demo_that_fails_through_a_composites_earlier_part_depends_on_that_part(tmp_path):
+    """Lesson 01: train_bpe passes with the reference merge_word in place, but a demo calling it runs the
+    learner's merge_word, which fails its own check: the demo depends on Exercise 3, not on nothing."""
+    import json
+
+    from tfcourse.course.grade import errors_elsewhere
+
+    demo = {"cell_type": "code", "metadata": {}, "source": "merges = train_bpe(words, 10)",
+            "outputs": [{"output_type": "error", "ename": "AssertionError", "evalue": "boom", "traceback": []}]}
+    autograded = tmp_path / "01_tokenization.ipynb"
+    autograded.write_text(json.dumps({"cells": [demo]}))
+    found, depending = errors_elsewhere(autograded, {"merge_word_tests"}, "01_tokenization")
+    assert (found, depending) == ([], ["code cell 0 depends on Exercise 3 — merge_word"])
+    found, depending = errors_elsewhere(autograded, {"train_bpe_tests", "merge_word_tests"}, "01_tokenization")
+    assert depending == ["code cell 0 depends on Exercise 3 — merge_word and Exercise 4 — train_bpe"]
+    assert errors_elsewhere(autograded, {"bpe_decode_tests"}, "01_tokenization") == (["code cell 0: AssertionError: boom"], [])
+
+
 @pytest.mark.slow
 def test_the_self_graded_report_reads_offline_and_has_no_comment_boxes(tmp_path):
     from tfcourse.course.grade import grade_lesson

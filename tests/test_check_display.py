@@ -109,11 +109,17 @@ def test_a_failing_cell_that_uses_an_exercise_not_passing_names_it(tmp_path, mon
 def _judge_the_history(core, shell, history, tmp_path, monkeypatch):
     from types import SimpleNamespace
 
-    assert core.exercises_not_passing(shell) == ["Exercise 6 — MultiHeadAttention"]  # never checked
+    helpers = ["Exercise 2 — scaled_dot_product_attention", "Exercise 5 — split_heads and merge_heads"]
+    # MultiHeadAttention builds on SDPA and split/merge heads: the cell runs all three
+    assert core.exercises_not_passing(shell) == [*helpers, "Exercise 6 — MultiHeadAttention"]  # never checked
+    core.CHECKED.update(scaled_dot_product_attention=True, split_heads=True, merge_heads=True)
     core.CHECKED["MultiHeadAttention"] = False
     assert core.exercises_not_passing(shell) == ["Exercise 6 — MultiHeadAttention"]  # its check failed
     core.CHECKED["MultiHeadAttention"] = True
     assert core.exercises_not_passing(shell) == []  # it passes: the error is the cell's own
+    core.CHECKED["merge_heads"] = False  # MHA passed with the reference helpers in place; the cell runs yours
+    assert core.exercises_not_passing(shell) == ["Exercise 5 — split_heads and merge_heads"]
+    core.CHECKED["merge_heads"] = True
     shell.user_ns["In"] = [*history[:3], "from tfcourse.checks.attention import check_multi_head_attention"]
     core.CHECKED["MultiHeadAttention"] = False
     assert core.exercises_not_passing(shell) == []  # a test cell speaks for itself

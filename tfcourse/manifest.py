@@ -180,14 +180,18 @@ def _read_and_written(source: str) -> tuple[set[str], set[str]]:
 
 def exercise_dependencies(sources: list[str], folder: str, exercise_cells: list[bool] | None = None) -> list[set[str]]:
     """For each cell of a lesson (its code, in running order), the exercises (their test cells' grade ids)
-    whose results it uses: directly (it calls what an answer defines) or through a name an earlier such cell
-    assigned (`mha = MultiHeadAttention(...)`, then `mha(x)`). `exercise_cells[i]`: cell i is an answer or a
-    test cell (it assigns nothing the analysis follows); default: the cells that import a check."""
+    whose results it uses: directly (it calls what an answer defines, and so what that answer builds on) or
+    through a name an earlier such cell assigned (`mha = MultiHeadAttention(...)`, then `mha(x)`).
+    `exercise_cells[i]`: cell i is an answer or a test cell (it assigns nothing the analysis follows);
+    default: the cells that import a check."""
     defined: dict[str, set[str]] = {}
     if folder in {known.folder for known in lessons()}:
         for e in lesson(folder).exercises:
+            # A composite's names run the earlier answers it builds on too (train_bpe calls merge_word):
+            # a cell that fails through one of those depends on that exercise as well.
+            behind = {e.grade_id}.union(*(defined.get(name, set()) for name in e.builds_on))
             for name in e.defines:
-                defined.setdefault(name, set()).add(e.grade_id)
+                defined.setdefault(name, set()).update(behind)
     origin = {name: set(grade_ids) for name, grade_ids in defined.items()}  # a name -> the exercises behind it
     flags = exercise_cells if exercise_cells is not None else ["tfcourse.checks" in s for s in sources]
     dependencies = []
