@@ -58,7 +58,8 @@ SPREAD = ("tests/test_grading", "tests/test_instructor.py")
 # wrong costs time, never a result.
 LONGEST = {
     "tests/test_jupyterhub.py": 105, "tests/test_instructor.py::test_one_machine": 100,
-    "tests/test_grading_ffn.py": 95, "tests/test_parallel_autograde.py": 93,
+    "tests/test_edition.py": 170, "tests/test_distributed.py": 120,
+    "tests/test_grading_ffn.py": 35, "tests/test_parallel_autograde.py": 93,
     "tests/test_instructor.py::test_generate_collect": 62, "tests/test_grading.py::": 45, "tests/test_bench.py": 55,
     "tests/test_grading_modern.py": 53, "tests/test_bug_costs.py": 48, "tests/test_instructor.py::": 41,
     "solutions/08_training": 50, "solutions/09_translation": 50, "tests/test_translation.py": 30,

@@ -101,7 +101,7 @@ def test_the_plug_ins_sit_around_execute_and_in_the_student_version():
     from nbgrader.preprocessors import Execute
 
     steps = autograde_preprocessors()
-    run = steps.index(Execute)
+    run = next(i for i, step in enumerate(steps) if issubclass(step, Execute))
     assert steps[run - 1] is SkipDemonstrations and steps[run + 1] is RestoreDemonstrations
     assert MarkDemonstrations in generate_preprocessors()
 

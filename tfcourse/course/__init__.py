@@ -11,6 +11,7 @@
     autograde.py        nbgrader plug-ins: fair, tamper-evident grading; formulas readable offline
     demos.py            nbgrader plug-ins: the demonstrations no graded cell needs are not run when grading
     parallel_autograde.py  a class's submissions graded N at a time (tfcourse autograde --jobs N)
+    forked_kernels.py   grading kernels forked from one process that has imported torch once
     lab.py              a Jupyter server extension: the lessons open unmodified in JupyterLab
     mathml.py           LaTeX -> MathML for the grading reports
     assemble.py         your_parts(): the learner's own components, checked, built into whole models

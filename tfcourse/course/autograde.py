@@ -325,13 +325,16 @@ def generate_preprocessors() -> list[type]:
 def autograde_preprocessors() -> list[type]:
     """nbgrader's own autograde steps: Execute between SkipDemonstrations and RestoreDemonstrations (the
     lesson's unchanged demonstrations that no graded cell needs are not run), and StderrIsNotAnError and
-    IntegrityReport just before SaveAutoGrades (which computes the scores)."""
+    IntegrityReport just before SaveAutoGrades (which computes the scores). Execute is nbgrader's, its
+    kernels forked from a process that has imported torch once (course/forked_kernels.py)."""
     from nbgrader.converters import Autograde
     from nbgrader.preprocessors import Execute, SaveAutoGrades
 
+    from .forked_kernels import ForkedExecute
+
     steps = list(Autograde.class_traits()["autograde_preprocessors"].default())
     run = steps.index(Execute)
-    steps[run:run + 1] = [SkipDemonstrations, Execute, RestoreDemonstrations]
+    steps[run:run + 1] = [SkipDemonstrations, ForkedExecute, RestoreDemonstrations]
     position = steps.index(SaveAutoGrades)
     return [*steps[:position], StderrIsNotAnError, IntegrityReport, *steps[position:]]
 

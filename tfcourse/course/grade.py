@@ -151,6 +151,9 @@ def grade_submissions(lesson: str, notebooks: dict[str, Path | None], solutions:
     notebooks maps a student name to their notebook (read, never written; None = missing).
     """
     results: dict[str, LessonGrade] = {}
+    from .forked_kernels import warm_up
+
+    warm_up()  # the grading kernels' template imports torch on another CPU while the course is prepared
     with tempfile.TemporaryDirectory(prefix="tfcourse-grade-") as tmp:
         course = Path(tmp)
         release = _prepare_course(course, lesson, solutions, repo_config)

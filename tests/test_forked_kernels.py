@@ -1,0 +1,151 @@
+"""Grading kernels forked from a template that has imported torch (tfcourse/course/forked_kernels.py):
+a forked kernel must be what a freshly started one is, seen from the notebook, and be stopped and
+interrupted as one is."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+
+import pytest
+from jupyter_client.manager import AsyncKernelManager
+
+from tfcourse.course import forked_kernels
+from tfcourse.course.forked_kernels import ForkedKernelManager, ForkedProcess
+
+pytestmark = pytest.mark.slow  # starts kernels
+
+# What a notebook can see of the process it runs in (pids apart).
+PROBE = """
+import json, os, sys, random
+import matplotlib, numpy, torch
+print(json.dumps({
+    "cwd": os.getcwd(), "probe": os.environ.get("TFCOURSE_PROBE"), "path": sys.path,
+    "argv0": os.path.basename(sys.argv[0]), "backend": matplotlib.get_backend(),
+    "torch_seed": torch.initial_seed(), "torch_first": torch.rand(1).item(),
+    "random": random.random(), "numpy": float(numpy.random.rand()),
+    "session_leader": os.getsid(0) == os.getpid(), "pid": os.getpid(), "parent": os.getppid(),
+}))
+"""
+
+
+async def _run(manager_class, code: str, cwd, env: dict[str, str], timeout: float = 60) -> tuple[dict, str]:
+    """Start a kernel with `manager_class` in `cwd` with `env`, run `code`: (the execute reply, stdout)."""
+    manager = manager_class(kernel_name="python3")
+    await manager.start_kernel(cwd=str(cwd), env=env)
+    client = manager.client()
+    client.start_channels()
+    try:
+        await client.wait_for_ready(timeout=timeout)
+        output: list[str] = []
+
+        def keep(message):
+            if message["msg_type"] == "stream":
+                output.append(message["content"]["text"])
+
+        reply = await client.execute_interactive(code, timeout=timeout, output_hook=keep)
+        return reply, "".join(output)
+    finally:
+        client.stop_channels()
+        await manager.shutdown_kernel(now=True)
+
+
+def _probe(manager_class, cwd, env) -> dict:
+    reply, output = asyncio.run(_run(manager_class, PROBE, cwd, env))
+    assert reply["content"]["status"] == "ok", reply["content"]
+    return json.loads(output)
+
+
+@pytest.fixture
+def kernel_env(tmp_path):
+    return {**os.environ, "TFCOURSE_PROBE": "asked-for", "MPLBACKEND": "Agg"}
+
+
+def test_a_forked_kernel_sees_what_a_freshly_started_one_sees(tmp_path, kernel_env):
+    fresh = _probe(AsyncKernelManager, tmp_path, kernel_env)
+    forked = _probe(ForkedKernelManager, tmp_path, kernel_env)
+    assert forked["parent"] != fresh["parent"] == os.getpid()  # it really came from the template
+    for seen in (fresh, forked):
+        seen.pop("pid"), seen.pop("parent")
+    # every generator is seeded from the OS in each process
+    for name in ("random", "numpy", "torch_seed", "torch_first"):
+        assert fresh.pop(name) != forked.pop(name)
+    assert forked == fresh
+    assert forked["cwd"] == str(tmp_path) and forked["probe"] == "asked-for" and forked["backend"] == "Agg"
+
+
+def test_two_forked_kernels_are_two_processes_with_their_own_random_state(tmp_path, kernel_env):
+    first, second = (_probe(ForkedKernelManager, tmp_path, kernel_env) for _ in range(2))
+    assert first["pid"] != second["pid"] and first["parent"] == second["parent"]  # one template, two kernels
+    assert all(first[name] != second[name] for name in ("random", "numpy", "torch_seed", "torch_first"))
+    assert first["session_leader"] and second["session_leader"]
+
+
+def test_without_mplbackend_a_forked_kernel_draws_inline_as_a_fresh_one_does(tmp_path, kernel_env):
+    env = {k: v for k, v in kernel_env.items() if k != "MPLBACKEND"}
+    assert _probe(ForkedKernelManager, tmp_path, env)["backend"] == _probe(AsyncKernelManager, tmp_path, env)["backend"]
+
+
+def test_a_forked_kernel_is_interrupted_and_killed_like_a_started_one(tmp_path, kernel_env):
+    async def scenario():
+        manager = ForkedKernelManager(kernel_name="python3")
+        await manager.start_kernel(cwd=str(tmp_path), env=kernel_env)
+        process = manager.provisioner.process
+        assert isinstance(process, ForkedProcess)
+        client = manager.client()
+        client.start_channels()
+        await client.wait_for_ready(timeout=60)
+        msg_id = client.execute("while True: pass")
+        await asyncio.sleep(1)
+        await manager.interrupt_kernel()  # SIGINT to the kernel's process group
+        while True:
+            reply = await client.get_shell_msg(timeout=30)
+            if reply["parent_header"].get("msg_id") == msg_id:
+                break
+        assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "KeyboardInterrupt"
+        assert await manager.is_alive()
+        client.stop_channels()
+        await manager.shutdown_kernel(now=True)  # SIGKILL
+        assert process.poll() is not None and not await manager.is_alive()
+
+    asyncio.run(scenario())
+
+
+def test_what_is_not_forked(monkeypatch):
+    kernel = [sys.executable, "-m", "ipykernel_launcher", "-f", "connection.json"]
+    monkeypatch.setenv(forked_kernels.SWITCH, "0")
+    assert forked_kernels.fork_kernel(kernel, None, None) is None  # switched off
+    monkeypatch.delenv(forked_kernels.SWITCH)
+    assert forked_kernels.fork_kernel(["/usr/bin/env", "python3", "-m", "ipykernel_launcher"], None, None) is None
+    assert forked_kernels.fork_kernel([sys.executable, "-m", "some_other_kernel"], None, None) is None
+
+
+def test_another_import_environment_gets_a_template_of_its_own(tmp_path):
+    ours = forked_kernels._template_for(dict(os.environ))
+    other = forked_kernels._template_for({**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert ours is forked_kernels._template_for(dict(os.environ)) and other is not ours
+    assert forked_kernels._template_for({**os.environ, "TFCOURSE_PROBE": "x"}) is ours  # not an import's business
+    other.close()
+
+
+def test_a_forked_kernel_leaves_when_its_template_does(tmp_path, kernel_env):
+    """The template leaves when the grader does (its input ends); its kernels then leave too, as a started
+    kernel leaves when the process that started it is gone."""
+    env = {**kernel_env, "TFCOURSE_PROBE": "orphan", "PYTHONWARNINGS": "ignore::UserWarning"}  # a template of its own
+
+    async def scenario():
+        manager = ForkedKernelManager(kernel_name="python3")
+        await manager.start_kernel(cwd=str(tmp_path), env=env)
+        client = manager.client()
+        client.start_channels()
+        await client.wait_for_ready(timeout=60)
+        client.stop_channels()
+        return manager.provisioner.process
+
+    kernel = asyncio.run(scenario())
+    template = forked_kernels._template_for(env)
+    template.process.kill()
+    template.process.wait()
+    kernel.wait(timeout=20)  # ipykernel looks at its parent once a second
