@@ -149,3 +149,13 @@ def test_a_forked_kernel_leaves_when_its_template_does(tmp_path, kernel_env):
     template.process.kill()
     template.process.wait()
     kernel.wait(timeout=20)  # ipykernel looks at its parent once a second
+
+
+def test_a_template_that_cannot_start_leaves_its_kernels_to_start_as_new_processes(tmp_path):
+    (tmp_path / "torch.py").write_text("raise ImportError('not the real torch')\n")  # the template's import fails
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "MPLBACKEND": "Agg"}
+    kernel = [sys.executable, "-m", "ipykernel_launcher", "-f", str(tmp_path / "connection.json")]
+    assert forked_kernels.fork_kernel(kernel, env, str(tmp_path)) is None
+    assert forked_kernels._import_environment(env) in forked_kernels._failed  # not started again for each kernel
+    reply, output = asyncio.run(_run(ForkedKernelManager, "print(6 * 7)", tmp_path, env))
+    assert reply["content"]["status"] == "ok" and output.strip() == "42"

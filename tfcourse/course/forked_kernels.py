@@ -11,7 +11,7 @@ with nothing of any earlier notebook in it: the template never runs a notebook.
     ForkedKernelManager  jupyter_client's AsyncKernelManager that launches through the template
     warm_up()            start the template now, while the caller does other work (it imports on another CPU)
 
-A kernel is forked only when it is the ordinary Python kernel (`python -m ipykernel_launcher ...`) of
+A kernel is forked only on Linux, when it is the ordinary Python kernel (`python -m ipykernel_launcher ...`) of
 this very interpreter, asked for with the environment variables that decide what an import does equal to
 the template's (PYTHONPATH and the like, see COMPATIBLE); otherwise, or when TFCOURSE_FORK_KERNELS=0, or
 when the template cannot be started, the kernel is started as a new process, as jupyter_client does.
@@ -43,7 +43,9 @@ SWITCH = "TFCOURSE_FORK_KERNELS"  # "0": start every kernel as a new process
 
 
 def enabled() -> bool:
-    return os.environ.get(SWITCH, "1") != "0"
+    """Forking is for Linux: macOS's system libraries are not safe to use in a forked child (Python's own
+    multiprocessing spawns there), and Windows has no fork."""
+    return sys.platform.startswith("linux") and os.environ.get(SWITCH, "1") != "0"
 
 
 def _import_environment(env: dict[str, str]) -> tuple[tuple[str, str], ...]:
@@ -134,30 +136,33 @@ class Template:
 
 _templates: dict[tuple, Template] = {}
 _templates_lock = threading.Lock()
+_failed: set[tuple] = set()  # import environments whose template died: their kernels start as new processes
 
 
 def _template_for(env: dict[str, str]) -> Template:
     key = _import_environment(env)
     with _templates_lock:
-        template = _templates.get(key)
-        if template is None or template.process.poll() is not None:
-            template = _templates[key] = Template(env)
-        return template
+        if key not in _templates:
+            _templates[key] = Template(env)
+        return _templates[key]
 
 
 def warm_up() -> None:
     """Start the template for this process's environment, if kernels will be forked: it imports while the
     caller goes on (on a machine with two CPUs, a grading run's set-up and the imports overlap)."""
-    if enabled():
+    if enabled() and _import_environment(dict(os.environ)) not in _failed:
         _template_for(dict(os.environ))
 
 
 def fork_kernel(argv: list[str], env: dict[str, str] | None, cwd: str | None) -> ForkedProcess | None:
     """A kernel forked from the template, or None when this kernel is not to be forked."""
     env = dict(os.environ) if env is None else dict(env)
-    if not enabled() or not _is_this_python_kernel(argv):
+    if not enabled() or not _is_this_python_kernel(argv) or _import_environment(env) in _failed:
         return None
-    return _template_for(env).fork(argv, env, str(cwd or os.getcwd()))
+    process = _template_for(env).fork(argv, env, str(cwd or os.getcwd()))
+    if process is None:  # the template is gone (what it said is on stderr): not tried again
+        _failed.add(_import_environment(env))
+    return process
 
 
 def close_all() -> None:
