@@ -22,6 +22,7 @@ The template is `python -m tfcourse.course.forked_kernels`: it reads one request
 
 from __future__ import annotations
 
+import atexit
 import functools
 import json
 import os
@@ -29,6 +30,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 # Imported by the template before any fork: what every grading kernel would import first anyway.
@@ -77,13 +79,11 @@ class ForkedProcess:
                 os.kill(self.pid, 0)
             except ProcessLookupError:
                 self.returncode = 0
-            except PermissionError:  # the pid now belongs to someone else's process: ours is gone
+            except PermissionError:  # another user's process has this pid now: ours has ended
                 self.returncode = 0
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
-        import time
-
         deadline = None if timeout is None else time.monotonic() + timeout
         while self.poll() is None:
             if deadline is not None and time.monotonic() > deadline:
@@ -172,8 +172,6 @@ def close_all() -> None:
         _templates.clear()
 
 
-import atexit  # noqa: E402  (after close_all exists)
-
 atexit.register(close_all)
 
 
@@ -182,12 +180,14 @@ atexit.register(close_all)
 @functools.cache
 def _kernel_manager_class():
     from jupyter_client.manager import AsyncKernelManager
+    from jupyter_client.provisioning import LocalProvisioner
 
     class ForkedKernelManager(AsyncKernelManager):
         """AsyncKernelManager whose Python kernels are forked from the template (see the module)."""
 
         async def _async_launch_kernel(self, kernel_cmd: list[str], **kw) -> None:
-            process = fork_kernel(kernel_cmd, kw.get("env"), kw.get("cwd"))
+            local = type(self.provisioner) is LocalProvisioner  # a kernelspec may name a provisioner of its own
+            process = fork_kernel(kernel_cmd, kw.get("env"), kw.get("cwd")) if local else None
             if process is None:
                 return await super()._async_launch_kernel(kernel_cmd, **kw)
             provisioner = self.provisioner  # a LocalProvisioner: it drives `process` like a Popen
