@@ -59,7 +59,7 @@ def _probe(manager_class, cwd, env) -> dict:
 
 
 @pytest.fixture
-def kernel_env(tmp_path):
+def kernel_env():
     return {**os.environ, "TFCOURSE_PROBE": "asked-for", "MPLBACKEND": "Agg"}
 
 
@@ -123,10 +123,13 @@ def test_what_is_not_forked(monkeypatch):
 
 
 def test_another_import_environment_gets_a_template_of_its_own(tmp_path):
-    ours = forked_kernels._template_for(dict(os.environ))
-    other = forked_kernels._template_for({**os.environ, "PYTHONPATH": str(tmp_path)})
-    assert ours is forked_kernels._template_for(dict(os.environ)) and other is not ours
-    assert forked_kernels._template_for({**os.environ, "TFCOURSE_PROBE": "x"}) is ours  # not an import's business
+    def template(env):
+        return forked_kernels._template_for(env, forked_kernels._template_key(env))
+
+    ours = template(dict(os.environ))
+    other = template({**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert ours is template(dict(os.environ)) and other is not ours
+    assert template({**os.environ, "TFCOURSE_PROBE": "x"}) is ours  # not an import's business
     other.close()
 
 
@@ -145,7 +148,7 @@ def test_a_forked_kernel_leaves_when_its_template_does(tmp_path, kernel_env):
         return manager.provisioner.process
 
     kernel = asyncio.run(scenario())
-    template = forked_kernels._template_for(env)
+    template = forked_kernels._template_for(env, forked_kernels._template_key(env))
     template.process.kill()
     template.process.wait()
     kernel.wait(timeout=20)  # ipykernel looks at its parent once a second

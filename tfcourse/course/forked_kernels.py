@@ -42,6 +42,7 @@ PRELOAD = ("ipykernel.kernelapp", "ipykernel.ipkernel", "numpy", "torch", "torch
 COMPATIBLE = ("PYTHON", "TORCH", "PYTORCH", "OMP_", "MKL_", "OPENBLAS", "KMP_", "GOTO", "LD_", "CUDA", "MPLCONFIGDIR",
               "HOME", "XDG_")
 SWITCH = "TFCOURSE_FORK_KERNELS"  # "0": start every kernel as a new process
+_TEMPLATE_CWD = os.getcwd()  # in the template: the folder `python -m` put first on sys.path
 
 
 def enabled() -> bool:
@@ -139,8 +140,13 @@ _templates_lock = threading.Lock()
 _failed: set[tuple] = set()  # import environments whose template died: their kernels start as new processes
 
 
-def _template_for(env: dict[str, str]) -> Template:
+def _template_key(env: dict[str, str]) -> tuple | None:
+    """The key of the template that kernels asked for with `env` fork from; None: they are not forked."""
     key = _import_environment(env)
+    return key if enabled() and key not in _failed else None
+
+
+def _template_for(env: dict[str, str], key: tuple) -> Template:
     with _templates_lock:
         if key not in _templates:
             _templates[key] = Template(env)
@@ -150,18 +156,19 @@ def _template_for(env: dict[str, str]) -> Template:
 def warm_up() -> None:
     """Start the template for this process's environment, if kernels will be forked: it imports while the
     caller goes on (on a machine with two CPUs, a grading run's set-up and the imports overlap)."""
-    if enabled() and _import_environment(dict(os.environ)) not in _failed:
-        _template_for(dict(os.environ))
+    env = dict(os.environ)
+    if (key := _template_key(env)) is not None:
+        _template_for(env, key)
 
 
 def fork_kernel(argv: list[str], env: dict[str, str] | None, cwd: str | None) -> ForkedProcess | None:
     """A kernel forked from the template, or None when this kernel is not to be forked."""
     env = dict(os.environ) if env is None else dict(env)
-    if not enabled() or not _is_this_python_kernel(argv) or _import_environment(env) in _failed:
+    if not _is_this_python_kernel(argv) or (key := _template_key(env)) is None:
         return None
-    process = _template_for(env).fork(argv, env, str(cwd or os.getcwd()))
+    process = _template_for(env, key).fork(argv, env, str(cwd or os.getcwd()))
     if process is None:  # the template is gone (what it said is on stderr): not tried again
-        _failed.add(_import_environment(env))
+        _failed.add(key)
     return process
 
 
@@ -222,7 +229,7 @@ def _execute_class():
             super().__init__(*args, **kwargs)
             warm_up()  # the template imports while nbgrader prepares the first notebook
 
-    ForkedExecute.__name__ = ForkedExecute.__qualname__ = "ForkedExecute"
+    ForkedExecute.__qualname__ = "ForkedExecute"
     return ForkedExecute
 
 
@@ -296,9 +303,7 @@ def _serve() -> None:
                 traceback.print_exc()
             finally:
                 try:
-                    import atexit as _atexit
-
-                    _atexit._run_exitfuncs()
+                    atexit._run_exitfuncs()
                     sys.stdout.flush()
                     sys.stderr.flush()
                 finally:
@@ -306,8 +311,6 @@ def _serve() -> None:
         answers.write(json.dumps({"pid": pid}) + "\n")
         answers.flush()
 
-
-_TEMPLATE_CWD = os.getcwd()
 
 if __name__ == "__main__":
     _serve()
