@@ -196,6 +196,33 @@ def test_the_generated_lesson_is_made_once_then_reused(tmp_path, monkeypatch):
     assert not list(first.parent.glob(".04_ffn-*")), "no half-written copy is left behind"
 
 
+def test_graders_that_start_at_once_generate_the_lesson_once(tmp_path, monkeypatch):
+    """Three graders ask for the same lesson while none is cached: one generates it, the others wait for it."""
+    import threading
+    import time
+
+    from tfcourse.course import grade
+
+    monkeypatch.setenv("TFCOURSE_CACHE_DIR", str(tmp_path / "cache"))
+    generated, generate = [], grade._generate
+
+    def slow(*args):
+        generated.append(args[0])
+        time.sleep(1)  # long enough for the others to arrive while it runs
+        generate(*args)
+
+    monkeypatch.setattr(grade, "_generate", slow)
+    found = []
+    graders = [threading.Thread(target=lambda: found.append(
+        grade._generated("00_big_picture", ROOT / "solutions", ROOT / "nbgrader_config.py"))) for _ in range(3)]
+    for grader in graders:
+        grader.start()
+    for grader in graders:
+        grader.join()
+    assert generated == ["00_big_picture"] and len(found) == 3 and len(set(found)) == 1
+    assert (found[0] / "gradebook.db").exists()
+
+
 def test_every_exercise_has_the_number_and_name_its_notebook_shows():
     from tfcourse.course.grade import _max_points, exercise_titles, graded_lessons
 

@@ -105,8 +105,9 @@ def _generation_key(lesson: str, solutions: Path, repo_config: Path) -> str:
 
 def _generated(lesson: str, solutions: Path, repo_config: Path) -> Path:
     """The cached result of `nbgrader generate_assignment` for the lesson (gradebook.db and the
-    release notebook), made on first use."""
-    from nbgrader.converters import GenerateAssignment
+    release notebook), made on first use. Graders that start at once (a class's workers, the test
+    suite's) wait for the one that makes it instead of each making it again."""
+    from filelock import FileLock
 
     from ..data.shakespeare import cache_dir
 
@@ -114,6 +115,15 @@ def _generated(lesson: str, solutions: Path, repo_config: Path) -> Path:
     if (cached / "gradebook.db").exists():
         return cached
     cached.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(cached.parent / f"{cached.name}.lock"):
+        if not (cached / "gradebook.db").exists():  # the grader we waited for may have made it
+            _generate(lesson, solutions, repo_config, cached)
+    return cached
+
+
+def _generate(lesson: str, solutions: Path, repo_config: Path, cached: Path) -> None:
+    from nbgrader.converters import GenerateAssignment
+
     with tempfile.TemporaryDirectory(prefix="tfcourse-generate-") as tmp:
         course = Path(tmp)
         (course / "nbgrader_config.py").write_text(_course_config(repo_config))
@@ -128,7 +138,6 @@ def _generated(lesson: str, solutions: Path, repo_config: Path) -> Path:
         staged.rename(cached)  # atomic: a grader running at the same time sees all of it or none
     except OSError:  # another grader got there first; theirs is the same
         shutil.rmtree(staged, ignore_errors=True)
-    return cached
 
 
 def _prepare_course(course: Path, lesson: str, solutions: Path, repo_config: Path) -> Path:
