@@ -60,12 +60,17 @@ ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
 LESSON = "04_ffn"
 UNFINISHED = ("collapse_impl", "backward_impl")  # what the second learner leaves undone
+# The user tools live in sbin, which a minimal PATH (cron, `env -i`, some CI runners) leaves out.
+_SBIN_PATH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/local/sbin", "/usr/sbin", "/sbin"])
+USERADD, USERDEL, RUNUSER = (shutil.which(tool, path=_SBIN_PATH) for tool in ("useradd", "userdel", "runuser"))
 
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,
                        reason="needs root: it creates throw-away Unix users (useradd) for the learners and "
                               "the instructor, and the Hub starts their servers as them"),
+    pytest.mark.skipif(None in (USERADD, USERDEL, RUNUSER),
+                       reason="needs useradd, userdel and runuser to create the throw-away users and act as them"),
 ]
 
 
@@ -203,7 +208,7 @@ class Classroom:
         self.users: list[str] = []
 
     def add_user(self, name: str) -> None:
-        done = subprocess.run(["useradd", "--create-home", "--base-dir", str(self.root / "home"),
+        done = subprocess.run([USERADD, "--create-home", "--base-dir", str(self.root / "home"),
                                "--shell", "/bin/sh", name], capture_output=True, text=True)
         assert done.returncode == 0, f"useradd {name}: {done.stderr}"
         self.users.append(name)
@@ -212,7 +217,7 @@ class Classroom:
     def remove_users(self) -> None:
         for name in self.users:
             _kill_processes_of(name)
-            subprocess.run(["userdel", "--remove", name], capture_output=True)
+            subprocess.run([USERDEL, "--remove", name], capture_output=True)
 
     def home(self, name: str) -> Path:
         return self.root / "home" / name
@@ -222,7 +227,7 @@ class Classroom:
         env = {"HOME": str(self.home(user)), "USER": user, "LOGNAME": user, "SHELL": "/bin/sh",
                "PATH": f"{self.venv}/bin:/usr/bin:/bin", "TFCOURSE_EXCHANGE": str(self.exchange),
                "TFCOURSE_FAST": "1", "MPLBACKEND": "Agg", **self.extra_env}
-        done = subprocess.run(["runuser", "-u", user, "--", "env", "-i", *(f"{k}={v}" for k, v in env.items()),
+        done = subprocess.run([RUNUSER, "-u", user, "--", "env", "-i", *(f"{k}={v}" for k, v in env.items()),
                                *command], cwd=cwd or self.home(user), capture_output=True, text=True, timeout=300)
         if check:
             assert done.returncode == 0, f"{user}: {' '.join(command)} failed:\n{done.stdout}\n{done.stderr[-3000:]}"
