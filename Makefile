@@ -6,6 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.tfcourse-installed
 LAB_SWITCH := jupyter-config/jupyter_server_config.d/tfcourse.json
 LAB_SETTINGS := jupyter-config/lab-settings/overrides.json
+LAZY_IRI := jupyter-config/site-packages/tfcourse_lazy_iri.py jupyter-config/site-packages/tfcourse_lazy_iri.pth
 # The environment's programs first: nbgrader runs `alembic` and `jupyter` by name.
 export PATH := $(abspath $(BIN)):$(PATH)
 
@@ -14,7 +15,7 @@ export PATH := $(abspath $(BIN)):$(PATH)
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
-$(STAMP): pyproject.toml $(LAB_SWITCH) $(LAB_SETTINGS)
+$(STAMP): pyproject.toml $(LAB_SWITCH) $(LAB_SETTINGS) $(LAZY_IRI)
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 10))' \
 		|| { echo "tfcourse needs Python >= 3.10; set PYTHON=python3.x"; exit 1; }
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,6 +26,9 @@ $(STAMP): pyproject.toml $(LAB_SWITCH) $(LAB_SETTINGS)
 	@# JupyterLab's defaults for the course (no "Jupyter news?" question, no update check).
 	install -D -m 644 $(LAB_SWITCH) $(VENV)/etc/jupyter/jupyter_server_config.d/tfcourse.json
 	install -D -m 644 $(LAB_SETTINGS) $(VENV)/share/jupyter/lab/settings/overrides.json
+	@# Every Jupyter server and nbgrader command imports jsonschema, which imports rfc3987_syntax,
+	@# which spends ~1.3 s building parsers that no Jupyter schema uses: load it on first use instead.
+	install -m 644 $(LAZY_IRI) $$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 	@touch $(STAMP)
 
 # Jupyter refuses to run as root unless told; containers often run as root.

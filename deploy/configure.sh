@@ -17,3 +17,8 @@ mkdir -p "$PREFIX/etc/jupyter" "$PREFIX/etc/jupyter-instructor"
 cp "$HERE/nbgrader_config.py" "$PREFIX/etc/jupyter/nbgrader_config.py"
 cp -R "$HERE/instructor/." "$PREFIX/etc/jupyter-instructor/"
 chmod -R a+rX "$PREFIX/etc/jupyter" "$PREFIX/etc/jupyter-instructor"
+# rfc3987_syntax loaded on first use, not by every server and nbgrader command (~1.3 s each):
+# jupyter-config/site-packages/tfcourse_lazy_iri.py says why. (install replaces, never writes through a link)
+install -m 644 "$HERE/../jupyter-config/site-packages/tfcourse_lazy_iri.py" \
+    "$HERE/../jupyter-config/site-packages/tfcourse_lazy_iri.pth" \
+    "$("$PREFIX/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
