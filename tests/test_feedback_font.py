@@ -144,3 +144,30 @@ def test_font_stacks_are_copied_from_top_level_rules_only():
 def test_a_page_without_a_head_is_refused():
     with pytest.raises(ValueError, match="</head>"):
         cjk_font.with_embedded_font("<p>今天天气真好</p>")
+
+
+def test_a_cut_font_is_kept_for_the_next_report_with_the_same_characters(tmp_path, monkeypatch):
+    path = cjk_font.bundled_font()
+    assert path is not None, "the course's font (mplfonts) is part of the course extra"
+    monkeypatch.setenv("TFCOURSE_CACHE_DIR", str(tmp_path / "cache"))
+    first = cjk_font.cached_subset("今天天气真好", path)
+
+    def characters(cut: tuple[bytes, str]) -> set[str]:  # (the bytes hold the time the font was cut)
+        from fontTools.ttLib import TTFont
+
+        return {chr(code) for code in TTFont(io.BytesIO(cut[0])).getBestCmap()}
+
+    assert characters(first) == set("今天气真好") and first[1] == cjk_font.subset_font("好", path)[1]
+
+    def refuse(*args):
+        raise AssertionError("cut again although the cache has it")
+
+    monkeypatch.setattr(cjk_font, "subset_font", refuse)
+    assert cjk_font.cached_subset("今天天气真好", path) == first  # the very bytes kept
+    with pytest.raises(AssertionError, match="cut again"):  # other characters: another font
+        cjk_font.cached_subset("得分", path)
+    monkeypatch.undo()
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("")  # the cache cannot be made here: the font is cut each time, nothing fails
+    monkeypatch.setenv("TFCOURSE_CACHE_DIR", str(blocked))
+    assert characters(cjk_font.cached_subset("今天天气真好", path)) == characters(first)
