@@ -18,6 +18,7 @@ Three layers, each importing only the ones above it.
     modern.py      the modern block's parts: RMSNorm, SwiGLU, RoPE (both pair layouts), grouped-query attention (lesson 11)
     pretrained.py  GPT-2's checkpoint layout -> the course GPT (Conv1D, fused c_attn, tied head) (lesson 12)
     validation.py  the input checks every module shares
+    cache.py       where downloads and made-once files are kept (~/.cache/tfcourse); no torch
 
 2. Data and training: `tfcourse.data` (Tiny Shakespeare, batches, the EN->FR corpus,
    BERT's masked-token batches) and

@@ -199,7 +199,7 @@ def cached_subset(characters: str, path: Path) -> tuple[bytes, str]:
 
     import fontTools
 
-    from ..data.shakespeare import cache_dir
+    from ..cache import cache_dir
 
     stat = path.stat()
     key = hashlib.sha256("\0".join([characters, str(path), str(stat.st_size), str(stat.st_mtime_ns),

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import torch
 
+from ..cache import CACHE_DIR_ENV, cache_dir  # (CACHE_DIR_ENV: named here too, as before)
+from ..cache import env_path as _env_path
 from ..tokenizers import CharTokenizer
 from .batching import get_batch, train_val_split
 
@@ -31,7 +33,6 @@ TINY_SHAKESPEARE_FILENAME = "tinyshakespeare.txt"
 _DATA_DIR_FILENAMES = (TINY_SHAKESPEARE_FILENAME, "input.txt")
 
 DATA_DIR_ENV = "TFCOURSE_DATA_DIR"
-CACHE_DIR_ENV = "TFCOURSE_CACHE_DIR"
 
 _DOWNLOAD_CHUNK_BYTES = 64 * 1024
 _DOWNLOAD_TIMEOUT_SECONDS = 60
@@ -43,27 +44,6 @@ class DatasetUnavailableError(RuntimeError):
 
 class ChecksumMismatchError(RuntimeError):
     """A data file's SHA-256 differs from the published one: the file is corrupt or different."""
-
-
-def _env_path(name: str) -> Path | None:
-    """The path held by environment variable ``name``; ``None`` when unset or empty."""
-    value = os.environ.get(name, "").strip()
-    return Path(value).expanduser() if value else None
-
-
-def cache_dir() -> Path:
-    """Folder where downloaded datasets are kept.
-
-    ``$TFCOURSE_CACHE_DIR`` if set, else ``$XDG_CACHE_HOME/tfcourse``, else ``~/.cache/tfcourse``.
-    The folder is not created here; :func:`download` creates it when it first writes a file.
-    """
-    explicit = _env_path(CACHE_DIR_ENV)
-    if explicit is not None:
-        return explicit
-    xdg_cache = _env_path("XDG_CACHE_HOME")
-    if xdg_cache is not None:
-        return xdg_cache / "tfcourse"
-    return Path.home() / ".cache" / "tfcourse"
 
 
 def tiny_shakespeare_cache_path() -> Path:
