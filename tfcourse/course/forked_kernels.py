@@ -310,6 +310,10 @@ def _serve() -> None:
                     os._exit(code)
         answers.write(json.dumps({"pid": pid}) + "\n")
         answers.flush()
+    # The grader has gone (its end of the pipe closed) and waits for us: leave without the interpreter's
+    # teardown of torch and the rest, which took ~1 s. (Its kernels see it gone and leave, as before.)
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
