@@ -323,3 +323,11 @@ def test_the_self_graded_report_reads_offline_and_has_no_comment_boxes(tmp_path)
     body = report.split("<body", 1)[1]  # (the head holds MathJax's configuration, which names "$$")
     assert body.count("<math") > 10 and "$$" not in body
     assert "No response." not in report and "Comments:" not in report
+
+
+def test_the_reports_warm_up_renders_as_the_report_does():
+    """tfcourse grade renders a small notebook like the report while the kernel runs (so that the report's
+    first-use work is done by then); a change in nbgrader's template that breaks it must not go unseen."""
+    from tfcourse.course import grade
+
+    assert grade._warm_up_report()

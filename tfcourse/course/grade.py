@@ -20,6 +20,7 @@ import shutil
 import sys
 import tempfile
 import textwrap
+import threading
 import warnings
 from pathlib import Path
 
@@ -109,7 +110,7 @@ def _generated(lesson: str, solutions: Path, repo_config: Path) -> Path:
     suite's) wait for the one that makes it instead of each making it again."""
     from filelock import FileLock
 
-    from ..data.shakespeare import cache_dir
+    from ..cache import cache_dir
 
     cached = cache_dir() / "grading" / f"{lesson}-{_generation_key(lesson, solutions, repo_config)}"
     if (cached / "gradebook.db").exists():
@@ -184,6 +185,10 @@ def grade_submissions(lesson: str, notebooks: dict[str, Path | None], solutions:
             return results
         from nbgrader.converters import Autograde, GenerateFeedback
 
+        # The report's first-use work runs on this process's idle CPU while the kernel runs the notebook.
+        warming = threading.Thread(target=_warm_up_report, daemon=True) if report_dir is not None else None
+        if warming:
+            warming.start()
         done = _run_app(Autograde, course, lesson, timeout, Autograde={"create_student": True})
         for student in runnable:
             autograded = course / "autograded" / student / lesson / f"{lesson}.ipynb"
@@ -191,7 +196,8 @@ def grade_submissions(lesson: str, notebooks: dict[str, Path | None], solutions:
                 record_failure(results[student], max_points, _autograde_failure(done), titles)
                 continue
             record_scores(results[student], _read_grades(course, lesson, student), titles, [autograded])
-        if report_dir is not None:
+        if warming:
+            warming.join()
             from .autograde import NoComments, feedback_preprocessors
 
             _run_app(GenerateFeedback, course, lesson, HTMLExporter={"template_name": "feedback"},
@@ -199,6 +205,37 @@ def grade_submissions(lesson: str, notebooks: dict[str, Path | None], solutions:
             for student in runnable:
                 results[student].feedback = _copy_feedback(course, lesson, student, report_dir)
     return results
+
+
+def _warm_up_report() -> bool:
+    """Render a two-cell notebook as the feedback report is rendered: what nbconvert, Pygments and the
+    MathML converter do once per process (loading templates, lexers and styles) is then done when the
+    real report is made. A failure here costs nothing (the report does the same work itself): it
+    returns False, which a test watches for."""
+    import nbgrader
+    from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
+    from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+    from traitlets.config import Config
+
+    from .autograde import feedback_exporter
+    from .mathml import markdown_with_mathml
+
+    try:
+        formgrader = Path(nbgrader.__file__).parent / "server_extensions" / "formgrader"
+        config = Config()  # what nbgrader's GenerateFeedback gives the exporter
+        config.HTMLExporter.template_name = "feedback"
+        config.HTMLExporter.extra_template_basedirs = [str(formgrader / "templates")]
+        config.HTMLExporter.extra_template_paths = [str(formgrader / "static" / "node_modules" / "bootstrap" / "dist" / "css")]
+        exporter = feedback_exporter()(config=config)
+        exporter.register_preprocessor(CSSHTMLHeaderPreprocessor(enabled=True))
+        output = new_output("error", ename="ValueError", evalue="x", traceback=["\x1b[31mValueError\x1b[0m: x"])
+        notebook = new_notebook(cells=[new_markdown_cell(markdown_with_mathml("$\\frac{QK^T}{\\sqrt{d_k}}$")),
+                                       new_code_cell("print('今天天气真好')", outputs=[output])])
+        exporter.from_notebook_node(notebook, {"nbgrader": {"notebook": "warm-up", "score": 0, "max_score": 1,
+                                                                "late_penalty": 0}})
+    except Exception:  # noqa: BLE001 - see the docstring
+        return False
+    return True
 
 
 def grade_lesson(lesson: str, notebook: Path | None, solutions: Path, report_dir: Path,
