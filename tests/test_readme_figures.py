@@ -44,6 +44,7 @@ ROWS = {
     "generating 500 tokens": ("kv", lambda t: [t["kv_speedup"]],
                               lambda r: [r["speedup"], r["with_cache"], r["without_cache"]]),
     "the first exercise check": ("check", lambda t: [t["first_check_seconds"]], lambda r: [r["first"], r["second"]]),
+    "`tfcourse grade` of lesson": ("grade", lambda t: [t["grade_ratio"]], lambda r: [r["ratio"], r["grade"], r["nbgrader"]]),
 }
 
 

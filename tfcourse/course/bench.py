@@ -17,7 +17,10 @@ Targets (2-core CPU; TARGETS):
 - generating 500 tokens with the key/value cache vs without, on one thread, the same tokens: >= 15x faster;
 - `--target-loss 1.88`: wall time until the CPU recipe's val loss first falls below 1.88 (<= 80 s);
 - the first exercise check in a fresh process (lesson 05's LayerNorm check on a correct LayerNorm),
-  timed after `import torch`: <= 0.3 s.
+  timed after `import torch`: <= 0.3 s;
+- `tfcourse grade` of lesson 03's complete notebook, its HTML report included, against plain
+  `nbgrader autograde` of the same notebook in a prepared course (new processes, alternating, the
+  medians of 3 each; run from the course folder): ratio <= 1.0.
 """
 
 from __future__ import annotations
@@ -56,9 +59,10 @@ TARGETS = {
     "seconds_to_loss": 80.0,  # wall time until the CPU recipe's val loss first falls below 1.88: at most
     "kv_speedup": 15.0,  # generating 500 tokens with the KV cache vs without, one thread: at least
     "first_check_seconds": 0.3,  # the first exercise check in a fresh process: at most
+    "grade_ratio": 1.0,  # `tfcourse grade` of a lesson (its report included) over plain `nbgrader autograde`: at most
 }
 DEFAULT_TARGET_LOSS = 1.88  # nanoGPT's CPU figure
-BENCHMARKS = ["bpe", "encode", "train", "target", "kv", "check"]
+BENCHMARKS = ["bpe", "encode", "train", "target", "kv", "check", "grade"]
 
 
 def _timed(run: Callable[[], Any]) -> tuple[float, Any]:
@@ -277,6 +281,42 @@ def bench_first_check(repeats: int = 3) -> dict:
     return {"first": min(r["first"] for r in runs), "second": min(r["second"] for r in runs), "repeats": repeats}
 
 
+def bench_grading(lesson: str = "03_attention", pairs: int = 3, course: Path = Path(".")) -> dict:
+    """Seconds of `tfcourse grade` on the lesson's complete notebook (its report included) and of
+    `nbgrader autograde` of the same notebook in a course prepared for it, each a new process,
+    alternating, `pairs` of each: what a learner's regrade and an instructor's autograde cost once the
+    lesson has been generated for grading."""
+    import shutil
+    import statistics
+    import tempfile
+
+    notebook = (course / "solutions" / lesson / f"{lesson}.ipynb").resolve()
+    # nbgrader runs `jupyter` and `alembic` by name: this environment's first
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+    def run(*args: str, cwd: Path) -> None:
+        subprocess.run([sys.executable, "-m", *args], cwd=cwd, env=env, check=True, capture_output=True)
+
+    with tempfile.TemporaryDirectory(prefix="tfcourse-bench-grade-") as tmp:
+        prepared = Path(tmp) / "course"
+        shutil.copytree(notebook.parent, prepared / "solutions" / lesson)
+        shutil.copy(course / "nbgrader_config.py", prepared)
+        (prepared / "submitted" / "learner" / lesson).mkdir(parents=True)
+        shutil.copy(notebook, prepared / "submitted" / "learner" / lesson)
+        run("nbgrader", "generate_assignment", lesson, "--force", cwd=prepared)
+        grade = ("tfcourse.course.cli", "grade", str(notebook), "--report-dir", str(Path(tmp) / "reports"))
+        autograde = ("nbgrader", "autograde", lesson, "--force")
+        run(*autograde, "--create", cwd=prepared)  # once each untimed: the student's row, the cached lesson
+        run(*grade, cwd=course)
+        ours, theirs = [], []
+        for _ in range(pairs):
+            ours.append(_timed(lambda: run(*grade, cwd=course))[0])
+            theirs.append(_timed(lambda: run(*autograde, cwd=prepared))[0])
+    grade_seconds, nbgrader_seconds = statistics.median(ours), statistics.median(theirs)
+    return {"lesson": lesson, "pairs": pairs, "grade": grade_seconds, "nbgrader": nbgrader_seconds,
+            "ratio": grade_seconds / nbgrader_seconds, "grade_runs": ours, "nbgrader_runs": theirs}
+
+
 def machine() -> dict:
     """What the figures were taken on: CPUs (all, and those this process may use), the CPU's name,
     torch's version and threads, Python, the platform."""
@@ -357,6 +397,12 @@ def readme_table(report: dict) -> str:
         lines.append("| the first exercise check in a fresh process (lesson 05's LayerNorm check, timed after "
                      f"`import torch`; `--only check`) | ≤ {t['first_check_seconds']:g} s | "
                      f"{_number(r['first'], 2)} s (the second {_number(r['second'], 3)} s) |")
+    if "grade" in results:
+        r = results["grade"]
+        lines.append(f"| `tfcourse grade` of lesson {r['lesson'][:2]}'s complete notebook, its report included, vs plain "
+                     f"`nbgrader autograde` of it (medians of {r['pairs']}, alternating; `--only grade`) | "
+                     f"ratio ≤ {t['grade_ratio']:g} | {_number(r['ratio'], 2)} ({_number(r['grade'], 1)} s vs "
+                     f"{_number(r['nbgrader'], 1)} s) |")
     return "\n".join(lines)
 
 
@@ -425,6 +471,11 @@ def main(argv: list[str] | None = None) -> int:
         r = results["check"] = bench_first_check()
         print(f"First exercise check in a fresh process (LayerNorm, after import torch; best of {r['repeats']}): "
               f"{r['first']:.2f} s, the second {r['second']:.3f} s   (target <= {t['first_check_seconds']:g} s)")
+    if "grade" in chosen:
+        r = results["grade"] = bench_grading()
+        print(f"Grading lesson {r['lesson']}'s complete notebook (medians of {r['pairs']}, alternating): tfcourse grade "
+              f"{r['grade']:.1f} s with its report, nbgrader autograde {r['nbgrader']:.1f} s: ratio {r['ratio']:.2f}   "
+              f"(target <= {t['grade_ratio']:g})")
     if args.output is not None:
         report = {"command": " ".join(["tfcourse bench", *argv]),
                   "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
