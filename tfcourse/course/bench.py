@@ -291,11 +291,9 @@ def bench_grading(lesson: str = "03_attention", pairs: int = 3, course: Path = P
     import tempfile
 
     notebook = (course / "solutions" / lesson / f"{lesson}.ipynb").resolve()
-    # nbgrader runs `jupyter` and `alembic` by name: this environment's first
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
 
-    def run(*args: str, cwd: Path) -> None:
-        subprocess.run([sys.executable, "-m", *args], cwd=cwd, env=env, check=True, capture_output=True)
+    def run(*args: str, cwd: Path) -> None:  # (the course's nbgrader_config.py puts this environment on PATH)
+        subprocess.run([sys.executable, "-m", *args], cwd=cwd, check=True, capture_output=True)
 
     with tempfile.TemporaryDirectory(prefix="tfcourse-bench-grade-") as tmp:
         prepared = Path(tmp) / "course"

@@ -178,11 +178,10 @@ def font_stack_rules(css: str) -> str:
     return "\n".join(rules)
 
 
-def embedded_font_style(html: str, path: Path, characters: str | None = None) -> str:
-    """A ``<style>`` with the font at ``path`` cut to the CJK characters of ``html`` (``characters``,
-    when the caller has them already), as a data URL, and the family put in front of the page's font
-    stacks."""
-    data, flavor = cached_subset(cjk_characters(html) if characters is None else characters, path)
+def embedded_font_style(html: str, path: Path, characters: str) -> str:
+    """A ``<style>`` with the font at ``path`` cut to ``characters`` (the CJK characters of ``html``),
+    as a data URL, and the family put in front of the page's font stacks."""
+    data, flavor = cached_subset(characters, path)
     url = f"data:font/{flavor};base64,{base64.b64encode(data).decode('ascii')}"
     face = font_face(f'url({url}) format("{flavor}")')
     stacks = font_stack_rules("\n".join(_STYLE.findall(html)))

@@ -212,21 +212,19 @@ def _warm_up_report() -> bool:
     MathML converter do once per process (loading templates, lexers and styles) is then done when the
     real report is made. A failure here costs nothing (the report does the same work itself): it
     returns False, which a test watches for."""
-    import nbgrader
     from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
     from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+    from nbgrader.converters import GenerateFeedback
     from traitlets.config import Config
 
     from .autograde import feedback_exporter
     from .mathml import markdown_with_mathml
 
     try:
-        formgrader = Path(nbgrader.__file__).parent / "server_extensions" / "formgrader"
-        config = Config()  # what nbgrader's GenerateFeedback gives the exporter
-        config.HTMLExporter.template_name = "feedback"
-        config.HTMLExporter.extra_template_basedirs = [str(formgrader / "templates")]
-        config.HTMLExporter.extra_template_paths = [str(formgrader / "static" / "node_modules" / "bootstrap" / "dist" / "css")]
-        exporter = feedback_exporter()(config=config)
+        # The exporter as nbgrader's GenerateFeedback configures it (its template and where it looks).
+        config = Config({"GenerateFeedback": {"exporter_class": feedback_exporter()}})
+        app = GenerateFeedback(config=config)
+        exporter = app.exporter_class(parent=app, config=app.config)
         exporter.register_preprocessor(CSSHTMLHeaderPreprocessor(enabled=True))
         output = new_output("error", ename="ValueError", evalue="x", traceback=["\x1b[31mValueError\x1b[0m: x"])
         notebook = new_notebook(cells=[new_markdown_cell(markdown_with_mathml("$\\frac{QK^T}{\\sqrt{d_k}}$")),
