@@ -344,6 +344,38 @@ def test_bpe_uses_learned_merges(tokenizer):
     assert tokenizer.vocab_size == 400
 
 
+def naive_encode(tokenizer: BPETokenizer, text: str) -> list[int]:
+    """Reference: every merge, in the order learned, applied to every pre-token (slow but obviously right)."""
+    ids = []
+    for piece in split_on_special_tokens(text, tokenizer.special_tokens):
+        if piece in tokenizer.special_tokens:
+            ids.append(tokenizer.encode(piece)[0])
+            continue
+        for pretoken in pretokenize(piece):
+            word = tuple(bytes([b]) for b in pretoken.encode("utf-8"))
+            for pair in tokenizer.merges:
+                word = merge_word(word, pair)
+            ids += [tokenizer._id_of_bytes[token] for token in word]
+    return ids
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_encode_equals_applying_every_merge_in_order(tokenizer, seed):
+    text = streaming_text(seed) + " 今天天气真好 🙂 aaaaaaa abababab"
+    assert tokenizer.encode(text) == naive_encode(tokenizer, text)
+    assert tokenizer.encode(text) == naive_encode(tokenizer, text)  # again, from the pre-token cache
+
+
+def test_the_pretoken_cache_stays_bounded_and_right():
+    class SmallCache(BPETokenizer):
+        CACHE_SIZE = 7
+
+    small = SmallCache.train(generated_text(3, n_words=300), 300, [EOT])
+    text = generated_text(4, n_words=200)  # far more than 7 distinct pre-tokens
+    assert small.encode(text) == naive_encode(small, text)
+    assert 0 < len(small._cache) <= 7
+
+
 def test_bpe_decode_of_a_partial_character_is_replaced():
     tok = BPETokenizer.train("", 256)
     first_byte_of_smile = "🙂".encode()[0]

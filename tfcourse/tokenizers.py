@@ -16,7 +16,7 @@ import math
 import os
 import re
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import lru_cache
 from pathlib import Path
 
@@ -512,6 +512,26 @@ def bytes_to_unicode() -> dict[int, str]:
     return table
 
 
+# bytes([b]) for every byte value b, made once.
+_SINGLE_BYTES = [bytes([b]) for b in range(256)]
+
+
+class _PretokenCache(dict):
+    """pre-token -> its ids, filled on first lookup: `cache[" cat"]` merges " cat" once, then
+    remembers it. Past `size` entries it is emptied, so that streaming a huge, varied text does
+    not grow memory without bound. Looking up a known pre-token is one C-level dict lookup."""
+
+    def __init__(self, merge: Callable[[str], list[int]], size: int) -> None:
+        super().__init__()
+        self.merge, self.size = merge, size
+
+    def __missing__(self, pretoken: str) -> list[int]:
+        if len(self) >= self.size:
+            self.clear()
+        ids = self[pretoken] = self.merge(pretoken)
+        return ids
+
+
 class BPETokenizer:
     """Encode text with learned byte-level BPE merges; decode ids back to text.
 
@@ -549,7 +569,7 @@ class BPETokenizer:
                 )
         self._special_regex = _special_token_regex(self.special_tokens)
         self._longest_special = max((len(t) for t in self.special_tokens), default=0)
-        self._cache: dict[str, list[int]] = {}
+        self._cache = _PretokenCache(self._merge_pretoken, self.CACHE_SIZE)
 
     def _id_of_special(self, token: str) -> int:
         """The id of a special token; one missing from the vocabulary is appended to it."""
@@ -624,21 +644,18 @@ class BPETokenizer:
     def vocab_size(self) -> int:
         return len(self.vocab)
 
-    def _encode_pretoken(self, pretoken: str) -> list[int]:
-        if pretoken in self._cache:
-            return self._cache[pretoken]
-        word: Word = tuple(bytes([b]) for b in pretoken.encode("utf-8"))
+    def _merge_pretoken(self, pretoken: str) -> list[int]:
+        """The ids of one pre-token: its bytes, merged in the order the merges were learned."""
+        word: Word = tuple(map(_SINGLE_BYTES.__getitem__, pretoken.encode("utf-8")))
         while len(word) > 1:
-            # Apply the earliest-learned merge that is possible now, as training did.
-            pair = min(_pairs(word), key=lambda p: self._merge_rank.get(p, math.inf))
-            if pair not in self._merge_rank:
+            # Apply the earliest-learned merge that is possible now, as training did. The ranks
+            # are looked up in one C-level pass (a pair that is no merge ranks infinitely late).
+            ranks = list(map(self._merge_rank.get, _pairs(word), itertools.repeat(math.inf)))
+            earliest = min(ranks)
+            if earliest == math.inf:
                 break
-            word = merge_word(word, pair)
-        ids = [self._id_of_bytes[token] for token in word]
-        if len(self._cache) >= self.CACHE_SIZE:
-            self._cache.clear()
-        self._cache[pretoken] = ids
-        return ids
+            word = merge_word(word, self.merges[earliest])
+        return [self._id_of_bytes[token] for token in word]
 
     def encode(self, text: str) -> list[int]:
         ids: list[int] = []
@@ -646,10 +663,9 @@ class BPETokenizer:
             if piece in self._special_ids:
                 ids.append(self._special_ids[piece])
             else:
-                pretokens = _split_pretokens(piece)
-                # Each distinct pre-token is encoded once; then one C-level pass joins their ids.
-                encoded = {pretoken: self._encode_pretoken(pretoken) for pretoken in set(pretokens)}
-                ids.extend(itertools.chain.from_iterable(map(encoded.__getitem__, pretokens)))
+                # One C-level pass: the cache looks each pre-token up (merging only the ones it has
+                # not seen) and chain joins their id lists.
+                ids.extend(itertools.chain.from_iterable(map(self._cache.__getitem__, _split_pretokens(piece))))
         return ids
 
     def _safe_cut(self, buffer: str) -> int:
