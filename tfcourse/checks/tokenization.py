@@ -40,7 +40,8 @@ BPE_ENCODE = Exercise("bpe_encode", [
     "tfcourse.tokenizers.BPETokenizer",
     "tfcourse.tokenizers.BPETokenizer.encode",
     "tfcourse.tokenizers.BPETokenizer.encode_iterable",
-    "tfcourse.tokenizers.BPETokenizer._encode_pretoken",
+    "tfcourse.tokenizers.BPETokenizer._merge_pretoken",
+    "tfcourse.tokenizers._PretokenCache",
 ], "bpe_encode matches BPETokenizer.encode on {n} texts")
 BPE_DECODE = Exercise("bpe_decode", ["tfcourse.tokenizers.BPETokenizer", "tfcourse.tokenizers.BPETokenizer.decode"],
                       "bpe_decode matches BPETokenizer.decode on {n} id sequences")
