@@ -62,7 +62,8 @@ LONGEST = {
     "tests/test_grading_ffn.py": 35, "tests/test_parallel_autograde.py": 93,
     "tests/test_instructor.py::test_generate_collect": 62, "tests/test_grading.py::": 45, "tests/test_bench.py": 55,
     "tests/test_grading_modern.py": 53, "tests/test_bug_costs.py": 48, "tests/test_instructor.py::": 41,
-    "solutions/08_training": 50, "solutions/09_translation": 50, "tests/test_translation.py": 30,
+    "solutions/08_training": 50, "solutions/09_translation": 50, "solutions/13_data_parallel": 50,
+    "tests/test_checks_parallel.py": 40, "tests/test_translation.py": 30,
     "tests/test_grading_later.py": 30, "tests/test_grading_pretrained.py": 30,
 }
 

@@ -3,6 +3,11 @@ the answer is off-limits. The gradient check runs the learner's function in real
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -138,17 +143,59 @@ def leaves_rank_0_waiting(rank, world_size):
     return rank
 
 
+@pytest.fixture(params=["forked", "new processes"])
+def worker_start(request, monkeypatch):
+    """launch's two ways of starting workers: forked from its server (Linux) or fresh Python processes."""
+    monkeypatch.setenv(parallel.FORK_SWITCH, "1" if request.param == "forked" else "0")
+    return request.param
+
+
+def who_am_i(rank, world_size):
+    import os
+    import sys
+
+    print("a worker's output", flush=True)
+    print("a worker's error output", file=sys.stderr, flush=True)
+    return {"rank": rank, "parent": os.getppid(), "RANK": os.environ["RANK"], "cwd": os.getcwd()}
+
+
 @IN_PROCESS_GROUPS
-def test_launch_names_a_collective_that_only_some_workers_called(tmp_path):
+def test_workers_are_new_processes_whose_output_stays_out_of_the_callers(tmp_path, worker_start, capfd, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    results = parallel.launch(parallel.function_file(who_am_i, tmp_path), 3)
+    assert [r["rank"] for r in results] == [0, 1, 2] and [r["RANK"] for r in results] == ["0", "1", "2"]
+    assert {r["cwd"] for r in results} == {str(tmp_path)}  # the caller's folder at the time of the call
+    # A fresh process is the caller's child; a forked worker is the server's.
+    started_here = {r["parent"] == os.getpid() for r in results}
+    assert started_here == {worker_start == "new processes"}
+    assert capfd.readouterr() == ("", "")
+
+
+@IN_PROCESS_GROUPS
+@pytest.mark.parametrize("how", ["script", "stdin"])
+def test_a_script_that_launches_without_a_main_guard_runs_once(tmp_path, how):
+    # multiprocessing runs the caller's __main__ again in a child it starts; launch's workers must not.
+    script = ("import os\nfrom tfcourse.parallel import launch\nprint('top level', flush=True)\n"
+              "print(launch('tfcourse.parallel:hello', 2)[1]['sum_of_ranks'])\n")
+    (tmp_path / "run.py").write_text(script, encoding="utf-8")
+    command = [sys.executable, "run.py"] if how == "script" else [sys.executable, "-"]
+    done = subprocess.run(command, input=script if how == "stdin" else None, cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(Path.cwd())})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["top level", "1.0"]
+
+
+@IN_PROCESS_GROUPS
+def test_launch_names_a_collective_that_only_some_workers_called(tmp_path, worker_start):
     with pytest.raises(parallel.WorkerFailed, match="another worker had finished while this one waited"):
         parallel.launch(parallel.function_file(leaves_rank_0_waiting, tmp_path), 2)
 
 
 @IN_PROCESS_GROUPS
-def test_launch_stops_a_group_whose_collective_never_completes(tmp_path):
+def test_launch_stops_a_group_whose_collective_never_completes(tmp_path, worker_start):
     target = parallel.function_file(hangs_on_rank_1, tmp_path)
-    with pytest.raises(parallel.WorkerFailed, match="had not finished after 8 s: a collective"):
-        parallel.launch(target, 2, timeout=8)
+    with pytest.raises(parallel.WorkerFailed, match="had not finished after 4 s: a collective"):
+        parallel.launch(target, 2, timeout=4)
 
 
 def raises_on_rank_1(rank, world_size):
@@ -158,7 +205,7 @@ def raises_on_rank_1(rank, world_size):
 
 
 @IN_PROCESS_GROUPS
-def test_launch_reports_a_failing_worker_with_its_error(tmp_path):
+def test_launch_reports_a_failing_worker_with_its_error(tmp_path, worker_start):
     with pytest.raises(parallel.WorkerFailed, match="worker 1 .* failed .*: ") as failure:
         parallel.launch(parallel.function_file(raises_on_rank_1, tmp_path), 2)
     assert "worker one is unhappy" in str(failure.value)
@@ -171,7 +218,7 @@ def exits_with_3_on_rank_1(rank, world_size):
 
 
 @IN_PROCESS_GROUPS
-def test_launch_keeps_a_workers_own_exit_code(tmp_path):
+def test_launch_keeps_a_workers_own_exit_code(tmp_path, worker_start):
     with pytest.raises(parallel.WorkerFailed, match=r"worker 1 .* failed \(exit code 3\)"):
         parallel.launch(parallel.function_file(exits_with_3_on_rank_1, tmp_path), 2)
 
@@ -185,7 +232,7 @@ def leaves_a_mark_at_exit(rank, world_size, folder):
 
 
 @IN_PROCESS_GROUPS
-def test_a_worker_that_did_its_work_leaves_without_the_interpreters_shutdown(tmp_path):
+def test_a_worker_that_did_its_work_leaves_without_the_interpreters_shutdown(tmp_path, worker_start):
     # gloo's C++ teardown at interpreter exit aborted about one DDP run in three on 2 CPUs (exit code
     # -6, "terminate called without an active exception") after the result was saved: a worker leaves
     # with os._exit instead, so nothing runs at exit (an atexit handler stands in for that teardown).

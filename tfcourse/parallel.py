@@ -16,9 +16,12 @@ With equal shards that average is exactly the gradient of the mean loss on the w
     accumulate_gradients(model, loss_fn, x, y, k)     # k micro-batches give one batch's gradient
     memory_per_gpu(n_params, n_gpus, strategy)        # bytes per GPU: DDP, ZeRO-1, FSDP
 
-`launch` starts fresh Python processes (`python -m tfcourse.parallel`), not forks: it works from a
-notebook, whose functions cannot be pickled by reference, and under nbgrader, where a child's
-output must not reach the grading kernel's stderr. The workers write their results to files.
+`launch` starts new processes that hold nothing of the caller: it works from a notebook, whose
+functions cannot be pickled by reference (a function travels by name or in a file), and under
+nbgrader, where a child's output must not reach the grading kernel's stderr (each worker writes its
+output and its result to files). On Linux they are forked from one server process that has imported
+torch once, so a worker starts in milliseconds instead of seconds; elsewhere, or with
+TFCOURSE_FORK_WORKERS=0, each is a fresh `python -m tfcourse.parallel`.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import contextlib
 import importlib
 import importlib.util
 import inspect
+import multiprocessing
 import os
 import socket
 import statistics
@@ -35,6 +39,7 @@ import sys
 import tempfile
 import textwrap
 import time
+import types
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -98,12 +103,9 @@ def launch(function: str, world_size: int = 2, args: Sequence[Any] = (), timeout
         work = Path(folder)
         torch.save(list(args), work / "args.pt")
         port = free_port()
-        workers = []
-        for rank in range(world_size):
-            with open(work / f"out{rank}.txt", "wb") as out:
-                workers.append(subprocess.Popen(
-                    [sys.executable, "-m", "tfcourse.parallel", function, str(work)],
-                    env=_worker_environment(rank, world_size, port, threads), stdout=out, stderr=subprocess.STDOUT))
+        start = _fork_worker if _fork_workers() else _start_worker_process
+        workers = [start(function, work, _worker_environment(rank, world_size, port, threads), work / f"out{rank}.txt")
+                   for rank in range(world_size)]
         deadline = time.monotonic() + timeout
         try:
             for rank, worker in enumerate(workers):
@@ -125,6 +127,79 @@ def launch(function: str, world_size: int = 2, args: Sequence[Any] = (), timeout
                               "barrier...): every worker must call the same collectives, in the same order\n" + output)
                 raise WorkerFailed(f"worker {rank} of {function} failed (exit code {worker.returncode}): {output}")
         return [torch.load(work / f"result{rank}.pt", weights_only=False) for rank in range(world_size)]
+
+
+FORK_SWITCH = "TFCOURSE_FORK_WORKERS"  # "0": every worker a fresh Python process, as on macOS and Windows
+
+
+def _fork_workers() -> bool:
+    """Forking is for Linux (macOS's system libraries are not safe in a forked child; Windows has no fork)."""
+    return sys.platform.startswith("linux") and os.environ.get(FORK_SWITCH, "1") != "0"
+
+
+def _start_worker_process(function: str, folder: Path, environment: dict[str, str], output: Path) -> subprocess.Popen:
+    """A fresh `python -m tfcourse.parallel` (it imports torch itself), its output in `output`."""
+    with open(output, "wb") as out:
+        return subprocess.Popen([sys.executable, "-m", "tfcourse.parallel", function, str(folder)],
+                                env=environment, stdout=out, stderr=subprocess.STDOUT)
+
+
+class _ForkedWorker:
+    """A worker forked from the server, with the part of subprocess.Popen's interface that `launch` uses."""
+
+    def __init__(self, process: multiprocessing.process.BaseProcess) -> None:
+        self.process = process
+
+    @property
+    def returncode(self) -> int | None:  # like Popen's: minus the signal's number for a killed worker
+        return self.process.exitcode
+
+    def poll(self) -> int | None:
+        return self.process.exitcode
+
+    def wait(self, timeout: float | None = None) -> int:
+        self.process.join(timeout)
+        if self.process.exitcode is None:
+            raise subprocess.TimeoutExpired(self.process.name, timeout)
+        return self.process.exitcode
+
+    def kill(self) -> None:
+        self.process.kill()
+
+
+# The server: a process that has imported torch and this module once (the first forked worker starts
+# it, in about the time of one `import torch`), then forks every worker. Unlike a fork of the caller, a
+# fork of it has no threads of the caller's (a kernel's, torch's) to inherit half-way through their work.
+_SERVER = multiprocessing.get_context("forkserver")
+_SERVER.set_forkserver_preload([__name__])
+
+
+def _fork_worker(function: str, folder: Path, environment: dict[str, str], output: Path) -> _ForkedWorker:
+    """A worker forked from the server: the environment, folder and output a fresh `python -m
+    tfcourse.parallel` would have, then `_run_worker`."""
+    process = _SERVER.Process(target=_forked_worker_main, args=(function, str(folder), environment, output),
+                              name=f"tfcourse worker {environment['RANK']}", daemon=True)
+    # multiprocessing would run the caller's script again in the worker, before `target` (its __main__):
+    # a script without `if __name__ == "__main__"` would launch again from there. A worker needs only
+    # this module, so it is shown an empty __main__ while it starts.
+    caller_main = sys.modules["__main__"]
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        process.start()
+    finally:
+        sys.modules["__main__"] = caller_main
+    return _ForkedWorker(process)
+
+
+def _forked_worker_main(function: str, folder: str, environment: dict[str, str], output: Path) -> None:
+    """The forked worker's first steps: its output to its file, its own environment, then `_run_worker`."""
+    with open(output, "wb") as out:  # fds 1 and 2 are the server's, i.e. the caller's: never write there
+        os.dup2(out.fileno(), 1)
+        os.dup2(out.fileno(), 2)
+    sys.stdout = sys.stderr = open(1, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)
+    os.environ.clear()
+    os.environ.update(environment)
+    _run_worker(function, folder)
 
 
 def load_function(function: str) -> Callable:
