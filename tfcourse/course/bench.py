@@ -115,14 +115,16 @@ def _tiktoken_encoding(tokenizer: BPETokenizer):
 
 def bench_encode(text: str, vocab_size: int = 2000, repeats: int = 3) -> dict:
     """MB/s of BPETokenizer.encode on `text` with a vocabulary the course trains on it, best of `repeats`,
-    alternating with tiktoken on the same vocabulary where it is installed (the ids must be the same), and
-    the seconds of the tokenizer's first call, which starts with an empty pre-token cache."""
+    alternating with tiktoken on the same vocabulary where it is installed (the ids must be the same).
+    Before them, the tokenizer's first call is timed on its own: it merges each distinct pre-token once
+    and keeps the result (the pre-token cache); the timed calls find them there."""
     tokenizer = BPETokenizer.train(text, vocab_size)
     megabytes = len(text.encode("utf-8")) / 1e6
     try:
         encoding = _tiktoken_encoding(tokenizer)
     except ImportError:  # tiktoken comes with the "pretrained" extra
         encoding = None
+    first_call_seconds, _ = _timed(lambda: tokenizer.encode(text))
     ours, theirs = [], []
     for _ in range(repeats):
         seconds, ids = _timed(lambda: tokenizer.encode(text))
@@ -130,8 +132,7 @@ def bench_encode(text: str, vocab_size: int = 2000, repeats: int = 3) -> dict:
         if encoding is not None:
             seconds, their_ids = _timed(lambda: encoding.encode_ordinary(text))
             theirs.append(seconds)
-    # The first call also merges each distinct pre-token once (later calls find them in the cache).
-    result = {"mb_per_sec": megabytes / min(ours), "first_call_seconds": ours[0], "megabytes": megabytes,
+    result = {"mb_per_sec": megabytes / min(ours), "first_call_seconds": first_call_seconds, "megabytes": megabytes,
               "vocab_size": vocab_size}
     if encoding is not None:
         if their_ids != ids:
@@ -369,8 +370,8 @@ def readme_table(report: dict) -> str:
                    f"{_number(r['tiktoken_mb_per_sec'], 1)} MB/s)" if "ratio" in r else
                    f"{_number(r['mb_per_sec'], 1)} MB/s (`tiktoken` not installed)")
         lines.append("| encoding Tiny Shakespeare with a 2,000-token vocabulary trained on it, against OpenAI's "
-                     "`tiktoken` with the same vocabulary (the same ids; best of 3 each, alternating; the first "
-                     "call, which fills the pre-token cache, is the figure after the semicolon) | "
+                     "`tiktoken` with the same vocabulary (the same ids; best of 3 each, alternating, after a first "
+                     "call that fills the pre-token cache: its time is the figure after the semicolon) | "
                      f"ratio ≥ {t['encode_ratio']:g} | {against}; {_number(r['first_call_seconds'], 2)} s |")
     if "train" in results:
         train_result = results["train"]
@@ -448,7 +449,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{t['encode_ratio']:g})" if "ratio" in r else "(tiktoken not installed: no figure to compare)")
         print(f"Encoding Tiny Shakespeare ({r['megabytes']:.1f} MB, vocab {r['vocab_size']:,}), best of 3: "
               f"BPETokenizer {r['mb_per_sec']:.1f} MB/s, {theirs}; its first call (empty pre-token cache) "
-              f"{r['first_call_seconds']:.2f} s")
+              f"{r['first_call_seconds']:.2f} s, before the timed ones")
     if "train" in chosen:
         ours, plain = bench_training(corpus, args.train_steps), bench_baseline(corpus, args.train_steps)
         ratio = ours["tokens_per_sec"] / plain["tokens_per_sec"]
