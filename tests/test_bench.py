@@ -84,6 +84,9 @@ def test_bench_baseline_and_time_to_loss_run():
     text = "".join(chr(97 + (i * 7) % 26) for i in range(3000))  # a periodic text: learned fast
     plain = bench.bench_baseline(char_corpus(text), steps=3)
     assert plain["steps"] == 3 and plain["tokens_per_sec"] > 0
+    both = bench.bench_training_against_plain(char_corpus(text), steps=4, rounds=2)
+    assert both["rounds"] == 2 and both["tfcourse"]["steps"] == both["plain"]["steps"] == 2
+    assert both["ratio"] > 0 and both["tfcourse"]["tokens_per_sec"] > 0
     reached = bench.bench_time_to_loss(char_corpus(text), target=3.0, eval_interval=5, eval_steps=2)
     assert reached["step"] is not None and reached["val_loss"] < 3.0 and reached["seconds"] > 0
 

@@ -38,7 +38,7 @@ ROWS = {
                                   lambda r: ([r["ratio"], r["mb_per_sec"], r["tiktoken_mb_per_sec"]] if "ratio" in r
                                              else [r["mb_per_sec"]]) + [r["first_call_seconds"]]),
     "GPT training throughput": ("train", lambda t: [t["tokens_per_sec"]],
-                                lambda r: [r["tfcourse"]["tokens_per_sec"], r["tfcourse"]["steps"]]),
+                                lambda r: [r["tfcourse"]["tokens_per_sec"], r["rounds"], r["tfcourse"]["steps"]]),
     "the same, against": ("train", lambda t: [t["ratio"]], lambda r: [r["ratio"], r["plain"]["tokens_per_sec"]]),
     "wall time until": ("target", lambda t: [t["seconds_to_loss"]], _time_to_loss),
     "generating 500 tokens": ("kv", lambda t: [t["kv_speedup"]],
