@@ -171,6 +171,17 @@ def test_workers_are_new_processes_whose_output_stays_out_of_the_callers(tmp_pat
     assert capfd.readouterr() == ("", "")
 
 
+def launches_a_group_of_its_own(rank, world_size):
+    from tfcourse.parallel import launch
+
+    return launch("tfcourse.parallel:hello", 2)[1]["sum_of_ranks"] + 10 * rank
+
+
+@IN_PROCESS_GROUPS
+def test_a_worker_may_launch_a_group_of_its_own(tmp_path):
+    assert parallel.launch(parallel.function_file(launches_a_group_of_its_own, tmp_path), 2) == [1.0, 11.0]
+
+
 @IN_PROCESS_GROUPS
 @pytest.mark.parametrize("how", ["script", "stdin"])
 def test_a_script_that_launches_without_a_main_guard_runs_once(tmp_path, how):
