@@ -550,15 +550,34 @@ def test_the_best_val_checkpoint_is_kept(tmp_path):
     model.load_state_dict(best["model"])
 
 
+def test_the_optimizer_is_fused_where_torch_has_the_kernel_and_falls_back_where_not(monkeypatch):
+    assert all(group["fused"] for group in configure_optimizer(make_model(), small_config()).param_groups)
+    made, adamw = [], torch.optim.AdamW
+
+    def without_fused_kernel(*args, fused=None, **kwargs):  # what torch < 2.4 answers on a CPU
+        made.append(fused)
+        if fused:
+            raise RuntimeError("`fused=True` requires all the params to be floating point Tensors of supported "
+                               "devices: ['cuda', 'xpu', 'privateuseone'].")
+        return adamw(*args, **kwargs)
+
+    monkeypatch.setattr(torch.optim, "AdamW", without_fused_kernel)
+    optimizer = configure_optimizer(make_model(), small_config())
+    assert made == [True, None] and not any(group["fused"] for group in optimizer.param_groups)
+
+
 def test_resuming_keeps_this_machines_optimizer_kernel(tmp_path):
-    """A checkpoint saved with fused=False (a CPU run) must not turn off the fused kernel that
-    configure_optimizer chose for this machine (a GPU)."""
+    """A checkpoint saved with fused=False (where torch has no fused AdamW) must not turn off the
+    fused kernel that configure_optimizer chose for this machine."""
     model = make_model()
     config = small_config(max_steps=6, checkpoint_path=str(tmp_path / "ckpt.pt"))
     train(model, get_batch, config)
+    saved = torch.load(config.checkpoint_path, weights_only=False)
+    for group in saved["optimizer"]["param_groups"]:
+        group["fused"] = False  # as saved where torch has no fused AdamW
+    torch.save(saved, config.checkpoint_path)
     optimizer = configure_optimizer(model, config)
-    for group in optimizer.param_groups:
-        group["fused"] = True  # what configure_optimizer chooses on a GPU
+    assert all(group["fused"] for group in optimizer.param_groups)  # this machine's choice
     generator = torch.Generator()
     load_checkpoint(config.checkpoint_path, model, optimizer, make_grad_scaler(torch.device("cpu"), True), generator)
     assert all(group["fused"] for group in optimizer.param_groups)

@@ -245,21 +245,23 @@ def bench_time_to_loss(corpus: CharCorpus, target: float, eval_interval: int = 5
 @torch.no_grad()
 def bench_kv_cache(new_tokens: int = 500, repeats: int = 2) -> dict:
     """Seconds to generate `new_tokens` greedily with and without the key/value cache, on one thread
-    (one sequence: a second thread only adds overhead to its small matrix products); the two must
-    give the same tokens."""
+    (one sequence: a second thread only adds overhead to its small matrix products), in turn, the best
+    of `repeats` each; the two must give the same tokens."""
     torch.manual_seed(0)
     config = dataclasses.replace(CPU_RECIPE.model, max_len=new_tokens + 1)
     model = GPT(config).eval()
     prompt = torch.zeros(1, 1, dtype=torch.long)
-    seconds, tokens = {}, {}
+    tokens = {}
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        for use_cache in (True, False):
-            runs = [_timed(lambda: generate(model, prompt, new_tokens, temperature=0, use_cache=use_cache))
-                    for _ in range(repeats)]
-            seconds[use_cache] = min(run_seconds for run_seconds, _ in runs)  # the least disturbed run
-            tokens[use_cache] = runs[-1][1]
+        runs: dict[bool, list[float]] = {True: [], False: []}
+        for _ in range(repeats):  # in turn, so that a machine that slows down mid-run slows both alike
+            for use_cache in (True, False):
+                run_seconds, tokens[use_cache] = _timed(
+                    lambda: generate(model, prompt, new_tokens, temperature=0, use_cache=use_cache))
+                runs[use_cache].append(run_seconds)
+        seconds = {use_cache: min(times) for use_cache, times in runs.items()}  # the least disturbed run
     finally:
         torch.set_num_threads(threads)
     if not torch.equal(tokens[True], tokens[False]):

