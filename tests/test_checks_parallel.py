@@ -171,6 +171,25 @@ def test_workers_are_new_processes_whose_output_stays_out_of_the_callers(tmp_pat
     assert capfd.readouterr() == ("", "")
 
 
+@IN_PROCESS_GROUPS
+def test_without_a_forkserver_the_module_imports_and_launches_fresh_processes():
+    # Windows has no "forkserver" context: tfcourse.parallel must still import there, and launch (which
+    # forks only on Linux; TFCOURSE_FORK_WORKERS=0 stands in for another system) must still work.
+    code = ("import multiprocessing\n"
+            "real = multiprocessing.get_context\n"
+            "def without_forkserver(method=None):\n"
+            "    if method == 'forkserver':\n"
+            "        raise ValueError(\"cannot find context for 'forkserver'\")\n"
+            "    return real(method)\n"
+            "multiprocessing.get_context = without_forkserver\n"
+            "from tfcourse.parallel import launch\n"
+            "print(launch('tfcourse.parallel:hello', 2)[1]['sum_of_ranks'])\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, parallel.FORK_SWITCH: "0"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1.0"]
+
+
 def launches_a_group_of_its_own(rank, world_size):
     from tfcourse.parallel import launch
 

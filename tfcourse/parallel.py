@@ -167,17 +167,20 @@ class _ForkedWorker:
         self.process.kill()
 
 
-# The server: a process that has imported torch and this module once (the first forked worker starts
-# it, in about the time of one `import torch`), then forks every worker. Unlike a fork of the caller, a
-# fork of it has no threads of the caller's (a kernel's, torch's) to inherit half-way through their work.
-_SERVER = multiprocessing.get_context("forkserver")
-_SERVER.set_forkserver_preload([__name__])
+def _server() -> multiprocessing.context.BaseContext:
+    """The server: a process that has imported torch and this module once (the first forked worker
+    starts it, in about the time of one `import torch`), then forks every worker. Unlike a fork of the
+    caller, a fork of it has no threads of the caller's (a kernel's, torch's) to inherit half-way through
+    their work. (Asked for only where workers are forked: Windows has no such context.)"""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([__name__])
+    return context
 
 
 def _fork_worker(function: str, folder: Path, environment: dict[str, str], output: Path) -> _ForkedWorker:
     """A worker forked from the server: the environment, folder and output a fresh `python -m
     tfcourse.parallel` would have, then `_run_worker`."""
-    process = _SERVER.Process(target=_forked_worker_main, args=(function, str(folder), environment, output),
+    process = _server().Process(target=_forked_worker_main, args=(function, str(folder), environment, output),
                               name=f"tfcourse worker {environment['RANK']}")
     # multiprocessing would run the caller's script again in the worker, before `target` (its __main__):
     # a script without `if __name__ == "__main__"` would launch again from there. A worker needs only
