@@ -181,7 +181,7 @@ def _fork_worker(function: str, folder: Path, environment: dict[str, str], outpu
     """A worker forked from the server: the environment, folder and output a fresh `python -m
     tfcourse.parallel` would have, then `_run_worker`."""
     process = _server().Process(target=_forked_worker_main, args=(function, str(folder), environment, output),
-                              name=f"tfcourse worker {environment['RANK']}")
+                                name=f"tfcourse worker {environment['RANK']}")
     # multiprocessing would run the caller's script again in the worker, before `target` (its __main__):
     # a script without `if __name__ == "__main__"` would launch again from there. A worker needs only
     # this module, so it is shown an empty __main__ while it starts.
