@@ -518,8 +518,8 @@ _SINGLE_BYTES = [bytes([b]) for b in range(256)]
 
 class _PretokenCache(dict):
     """pre-token -> its ids, filled on first lookup: `cache[" cat"]` merges " cat" once, then
-    remembers it. Past `size` entries it is emptied, so that streaming a huge, varied text does
-    not grow memory without bound. Looking up a known pre-token is one C-level dict lookup."""
+    remembers it. Past `size` entries it is emptied (BPETokenizer.CACHE_SIZE says why). Looking up
+    a known pre-token is one C-level dict lookup."""
 
     def __init__(self, merge: Callable[[str], list[int]], size: int) -> None:
         super().__init__()

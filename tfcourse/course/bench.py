@@ -439,7 +439,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tfcourse bench", description=__doc__.split("\n")[0])
     parser.add_argument("--only", choices=BENCHMARKS, action="append",
                         help="run only this benchmark (repeatable); default: all")
-    parser.add_argument("--train-steps", type=int, default=300, help="training steps to time, in 3 rounds each for the course's loop and the plain one (default 300)")
+    parser.add_argument("--train-steps", type=int, default=300,
+                        help="training steps to time, in 3 rounds each for the course's loop and the plain one "
+                             "(default 300)")
     parser.add_argument("--target-loss", type=float, default=DEFAULT_TARGET_LOSS,
                         help=f"val loss for the time-to-target benchmark (default {DEFAULT_TARGET_LOSS}, "
                              "nanoGPT's CPU figure)")

@@ -136,8 +136,8 @@ def _generate(lesson: str, solutions: Path, repo_config: Path, cached: Path) -> 
         shutil.copyfile(course / "gradebook.db", staged / "gradebook.db")
         shutil.copytree(course / "notebooks" / lesson, staged / "release")
     try:
-        staged.rename(cached)  # atomic: a grader running at the same time sees all of it or none
-    except OSError:  # another grader got there first; theirs is the same
+        staged.rename(cached)  # atomic: a grader that looks before taking the lock sees all of it or none
+    except OSError:  # made meanwhile by a grader that took no lock (an older version's); theirs is the same
         shutil.rmtree(staged, ignore_errors=True)
 
 
