@@ -53,18 +53,18 @@ def _is_notebook(item: pytest.Item) -> bool:
 # their tests may go to any worker (CourseScheduling). Every other file keeps its tests on one worker: a
 # notebook's cells share one kernel, and a module's tests may share its fixtures.
 SPREAD = ("tests/test_grading", "tests/test_instructor.py")
-# About how long the longest tests take on a 2-CPU machine (seconds; `make test` prints the slowest 20).
-# They start first, longest first, so that no worker is left alone with one at the end. A guess that is
-# wrong costs time, never a result.
+# About how long the longest work units take on a 2-CPU machine under `make test` (seconds, summed over a
+# unit's tests; `make test` prints the slowest 20). They start first, longest first, so that no worker is
+# left alone with one at the end. A guess that is wrong costs time, never a result.
 LONGEST = {
-    "tests/test_jupyterhub.py": 105, "tests/test_instructor.py::test_one_machine": 100,
-    "tests/test_edition.py": 170, "tests/test_distributed.py": 120,
-    "tests/test_grading_ffn.py": 35, "tests/test_parallel_autograde.py": 93,
-    "tests/test_instructor.py::test_generate_collect": 62, "tests/test_grading.py::": 45, "tests/test_bench.py": 55,
-    "tests/test_grading_modern.py": 53, "tests/test_bug_costs.py": 48, "tests/test_instructor.py::": 41,
-    "solutions/08_training": 50, "solutions/09_translation": 50, "solutions/13_data_parallel": 50,
-    "tests/test_checks_parallel.py": 40, "tests/test_translation.py": 30,
-    "tests/test_grading_later.py": 30, "tests/test_grading_pretrained.py": 30,
+    "tests/test_jupyterhub.py": 125, "tests/test_browser.py": 85, "tests/test_checks_parallel.py": 80,
+    "tests/test_distributed.py": 65, "tests/test_edition.py": 55, "solutions/09_translation": 46,
+    "tests/test_forked_kernels.py": 45, "tests/test_parallel_autograde.py": 40,
+    "tests/test_instructor.py::test_one_machine": 35, "solutions/13_data_parallel": 35,
+    "tests/test_grading_ffn.py": 33, "solutions/08_training": 33, "tests/test_grading.py::": 32,
+    "tests/test_notebooks.py": 31, "tests/test_autograde.py": 28, "tests/test_grading_parallel.py": 25,
+    "tests/test_dependent_cells.py": 22, "tests/test_grading_modern.py": 20, "tests/test_translation.py": 19,
+    "tests/test_bench.py": 14, "tests/test_instructor.py::": 14, "tests/test_grading_later.py": 11,
 }
 
 

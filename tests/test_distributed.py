@@ -10,6 +10,7 @@ import random
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,31 @@ def _text() -> str:
     return "\n".join(" ".join(rnd.choice(words) for _ in range(12)) for _ in range(2_000))
 
 
+def _start(command: list[str]) -> subprocess.Popen:
+    """Start a run whose output goes to files: runs started together never wait on each other's pipes."""
+    environment = {**os.environ, "OMP_NUM_THREADS": "1"}
+    out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
+    process = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=err, text=True, env=environment)
+    process.output = (out, err)
+    return process
+
+
+def _read(file) -> str:
+    file.seek(0)
+    return file.read()
+
+
+def _finish(*started: subprocess.Popen, timeout: float = 300) -> str:
+    """Wait for runs started together (their imports overlap): what they printed, after each exited 0."""
+    printed = []
+    for process in started:
+        process.wait(timeout=timeout)
+        out, err = (_read(file) for file in process.output)
+        assert process.returncode == 0, out[-2000:] + err[-3000:]
+        printed.append(out)
+    return "".join(printed)
+
+
 def _run(command: list[str], timeout: float = 300) -> subprocess.CompletedProcess:
     environment = {**os.environ, "OMP_NUM_THREADS": "1"}
     finished = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=environment)
@@ -52,17 +78,14 @@ def runs(tmp_path_factory):
     text.write_text(_text(), encoding="utf-8")
     data = ["--data", str(text), "--steps", str(STEPS)]
     outputs = {name: folder / name for name in ("one", "two", "nodes")}
-    printed = {"one": _run([sys.executable, *SCRIPT, *data, "--out", str(outputs["one"])]).stdout,
-               "two": _run([*TORCHRUN, "--nproc_per_node", "2", *SCRIPT, *data, "--out", str(outputs["two"])]).stdout}
     port = free_port()
-    agents = [subprocess.Popen([*TORCHRUN, "--nnodes", "2", "--nproc_per_node", "1", "--rdzv-backend", "c10d",
-                                "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "test", *SCRIPT, *data,
-                                "--out", str(outputs["nodes"])],
-                               cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env={**os.environ, "OMP_NUM_THREADS": "1"}) for _ in range(2)]
-    finished = [agent.communicate(timeout=300) for agent in agents]
-    assert all(agent.returncode == 0 for agent in agents), [err[-3000:] for _, err in finished]
-    printed["nodes"] = "".join(out for out, _ in finished)
+    # The three runs at once: most of each is starting Pythons that import torch.
+    one = _start([sys.executable, *SCRIPT, *data, "--out", str(outputs["one"])])
+    two = _start([*TORCHRUN, "--nproc_per_node", "2", *SCRIPT, *data, "--out", str(outputs["two"])])
+    agents = [_start([*TORCHRUN, "--nnodes", "2", "--nproc_per_node", "1", "--rdzv-backend", "c10d",
+                      "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "test", *SCRIPT, *data,
+                      "--out", str(outputs["nodes"])]) for _ in range(2)]
+    printed = {"one": _finish(one), "two": _finish(two), "nodes": _finish(*agents)}
     return folder, text, outputs, printed
 
 
@@ -91,8 +114,8 @@ def test_a_checkpoint_resumes_with_another_number_of_workers(runs):
     from_two, from_one = folder / "from_two", folder / "from_one"
     shutil.copytree(outputs["two"], from_two)  # saved by 2 workers, continued by 1 process
     shutil.copytree(outputs["one"], from_one)  # saved by 1 process, continued by 2 workers
-    _run([sys.executable, *SCRIPT, *data, "--out", str(from_two)])
-    _run([*TORCHRUN, "--nproc_per_node", "2", *SCRIPT, *data, "--out", str(from_one)])
+    _finish(_start([sys.executable, *SCRIPT, *data, "--out", str(from_two)]),
+            _start([*TORCHRUN, "--nproc_per_node", "2", *SCRIPT, *data, "--out", str(from_one)]))
     continued_by_one, continued_by_two = _history(from_two), _history(from_one)
     assert len(continued_by_one["train_loss"]) == MORE_STEPS
     torch.testing.assert_close(torch.tensor(continued_by_two["train_loss"]), torch.tensor(continued_by_one["train_loss"]),

@@ -44,30 +44,6 @@ def course(tmp_path) -> Path:
     return course
 
 
-def test_generate_collect_autograde_feedback_export(course):
-    import nbformat
-
-    nbgrader(course, "generate_assignment", LESSON, "--force")
-    released = course / "notebooks" / LESSON / f"{LESSON}.ipynb"
-    assert released.exists()
-    # "collect": each learner's notebook goes to submitted/<student>/<lesson>/
-    for student, nb in (("alice", complete(LESSON)), ("bob", student_version(LESSON))):
-        folder = course / "submitted" / student / LESSON
-        folder.mkdir(parents=True)
-        nbformat.write(nb, folder / f"{LESSON}.ipynb")
-    nbgrader(course, "autograde", LESSON, "--create")
-    nbgrader(course, "generate_feedback", LESSON)
-    for student in ("alice", "bob"):
-        report = (course / "feedback" / student / LESSON / f"{LESSON}.html").read_text()
-        body = report.split("<body", 1)[1]  # (the head holds MathJax's configuration, which names "$$")
-        assert "<math" in body and "$$" not in body  # formulas as MathML: readable offline
-    assert "No response." in report  # the instructor's feedback keeps nbgrader's comment on bob's stubs
-    nbgrader(course, "export")
-    rows = {row["student_id"]: row for row in csv.DictReader((course / "grades.csv").open())}
-    assert float(rows["alice"]["score"]) == float(rows["alice"]["max_score"]) > 0
-    assert float(rows["bob"]["score"]) == 0
-
-
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -119,12 +95,14 @@ def test_formgrader_and_assignment_list_work_in_jupyterlab_started_directly(cour
         server.wait(timeout=30)
 
 
-def test_one_machine_release_fetch_submit_collect_autograde_feedback(course):
+def test_one_machine_release_fetch_submit_collect_autograde_feedback_export(course):
     """The README's one-machine walk-through: the exchange is the course's exchange/ folder, the
-    learner's copy goes to assignments/."""
+    learner's copy goes to assignments/. A second learner's untouched stubs are put where collect puts a
+    submission (submitted/<student>/<lesson>/), so that one autograde grades both."""
     import nbformat
 
     nbgrader(course, "generate_assignment", LESSON, "--force")
+    assert (course / "notebooks" / LESSON / f"{LESSON}.ipynb").exists()
     nbgrader(course, "release_assignment", LESSON, "--force")
     nbgrader(course, "fetch_assignment", LESSON)  # as the learner
     fetched = course / "assignments" / LESSON / f"{LESSON}.ipynb"
@@ -133,12 +111,25 @@ def test_one_machine_release_fetch_submit_collect_autograde_feedback(course):
     nbgrader(course, "submit", LESSON)
     nbgrader(course, "collect", LESSON)  # as the instructor again
     (learner,) = [p.name for p in (course / "submitted").iterdir()]
+    bob = course / "submitted" / "bob" / LESSON
+    bob.mkdir(parents=True)
+    nbformat.write(student_version(LESSON), bob / f"{LESSON}.ipynb")
+    (bob / "timestamp.txt").write_text("2030-01-01 12:00:00.000000 UTC")  # as collect leaves it
     nbgrader(course, "autograde", LESSON, "--create")
     nbgrader(course, "generate_feedback", LESSON)
-    nbgrader(course, "release_feedback", LESSON)
+    reports = {student: (course / "feedback" / student / LESSON / f"{LESSON}.html").read_text()
+               for student in (learner, "bob")}
+    for report in reports.values():
+        body = report.split("<body", 1)[1]  # (the head holds MathJax's configuration, which names "$$")
+        assert "<math" in body and "$$" not in body  # formulas as MathML: readable offline
+    assert "No response." in reports["bob"]  # the instructor's feedback keeps nbgrader's comment on the stubs
+    # (bob's copy came from elsewhere, so only the exchange's learner gets feedback through it)
+    nbgrader(course, "release_feedback", LESSON, "--student", learner)
     nbgrader(course, "fetch_feedback", LESSON)  # as the learner
     (report,) = (course / "assignments" / LESSON / "feedback").rglob(f"{LESSON}.html")
     assert "Score" in report.read_text() or "score" in report.read_text()
     nbgrader(course, "export")
-    (row,) = csv.DictReader((course / "grades.csv").open())
-    assert row["student_id"] == learner and float(row["score"]) == float(row["max_score"]) > 0
+    rows = {row["student_id"]: row for row in csv.DictReader((course / "grades.csv").open())}
+    assert sorted(rows) == sorted([learner, "bob"])
+    assert float(rows[learner]["score"]) == float(rows[learner]["max_score"]) > 0
+    assert float(rows["bob"]["score"]) == 0

@@ -6,6 +6,7 @@ need `transformers` (the `pretrained` extra, which CI installs); the others run 
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import math
 
 import pytest
@@ -23,21 +24,24 @@ from tfcourse.modern import (GroupedQueryAttention, RMSNorm, SwiGLUFeedForward, 
                              rotary, rotate_half, swiglu_hidden_size)
 from tfcourse.training import TrainConfig, train
 
-try:  # the `pretrained` extra
-    from transformers import LlamaConfig, LlamaForCausalLM
+# The `pretrained` extra. Its Llama module is imported by the tests that use it, not here: importing it
+# takes seconds, and every test worker imports this file to collect it.
+needs_transformers = pytest.mark.skipif(importlib.util.find_spec("transformers") is None,
+                                        reason="compares with Hugging Face's Llama: "
+                                               "install the `pretrained` extra (transformers)")
+
+
+def _llama():
     from transformers.models.llama import modeling_llama
-except ImportError:
-    modeling_llama = None
-needs_transformers = pytest.mark.skipif(modeling_llama is None, reason="compares with Hugging Face's Llama: "
-                                        "install the `pretrained` extra (transformers)")
+    return modeling_llama
 
 
-def _llama_config(**overrides) -> "LlamaConfig":
+def _llama_config(**overrides):
     fields = dict(vocab_size=50, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
                   num_key_value_heads=2, max_position_embeddings=64, rms_norm_eps=1e-6, tie_word_embeddings=True,
                   attention_bias=False, mlp_bias=False)
     fields.update(overrides)
-    config = LlamaConfig(**fields)
+    config = _llama().LlamaConfig(**fields)
     config._attn_implementation = "eager"  # the plain softmax path
     return config
 
@@ -78,7 +82,7 @@ def test_rms_norm_of_zeros_is_finite_and_it_has_no_bias():
 def test_swiglu_equals_llama_mlp():
     torch.manual_seed(1)
     config = _llama_config(hidden_size=24, intermediate_size=64)
-    theirs = modeling_llama.LlamaMLP(config).eval()
+    theirs = _llama().LlamaMLP(config).eval()
     ours = SwiGLUFeedForward(24, 64).eval()
     ours.load_state_dict({"w_gate.weight": theirs.gate_proj.weight, "w_up.weight": theirs.up_proj.weight,
                           "w_down.weight": theirs.down_proj.weight})
@@ -115,7 +119,7 @@ def test_swiglu_keeps_the_relu_ffns_parameter_count(d_model):
 def test_rope_equals_llamas_rotary_embedding_exactly(d_head, length, offset, base):
     config = _llama_config(hidden_size=4 * d_head, num_attention_heads=4, num_key_value_heads=2,
                            rope_parameters={"rope_type": "default", "rope_theta": base})
-    rotary = modeling_llama.LlamaRotaryEmbedding(config)
+    rotary = _llama().LlamaRotaryEmbedding(config)
     torch.manual_seed(2)
     q = torch.randn(2, 4, length, d_head)  # (B, n_heads, T, d_head)
     k = torch.randn(2, 2, length, d_head)  # (B, n_kv_heads, T, d_head)
@@ -123,10 +127,10 @@ def test_rope_equals_llamas_rotary_embedding_exactly(d_head, length, offset, bas
     cos, sin = rotary(q, position_ids)  # (B, T, d_head)
     ours_cos, ours_sin = rope_cos_sin(length, d_head, offset, base)
     assert torch.equal(ours_cos, cos[0]) and torch.equal(ours_sin, sin[0])
-    q_theirs, k_theirs = modeling_llama.apply_rotary_pos_emb(q, k, cos, sin)
+    q_theirs, k_theirs = _llama().apply_rotary_pos_emb(q, k, cos, sin)
     assert torch.equal(apply_rope(q, offset, base), q_theirs)
     assert torch.equal(apply_rope(k, offset, base), k_theirs)
-    assert torch.equal(rotate_half(q), modeling_llama.rotate_half(q))
+    assert torch.equal(rotate_half(q), _llama().rotate_half(q))
 
 
 def test_rope_scores_depend_only_on_the_relative_offset():
@@ -300,11 +304,11 @@ def test_grouped_query_attention_refuses_heads_that_do_not_group():
 def test_gqa_module_equals_llama_attention(n_kv_heads):
     torch.manual_seed(6)
     config = _llama_config(num_key_value_heads=n_kv_heads)
-    theirs = modeling_llama.LlamaAttention(config, layer_idx=0).eval()
+    theirs = _llama().LlamaAttention(config, layer_idx=0).eval()
     ours = GroupedQueryAttention(32, 4, n_kv_heads).eval()
     ours.load_state_dict({f"w_{a}.weight": getattr(theirs, f"{a}_proj").weight for a in "qkvo"})
     x = torch.randn(2, 6, 32)
-    position_embeddings = modeling_llama.LlamaRotaryEmbedding(config)(x, torch.arange(6).expand(2, 6))
+    position_embeddings = _llama().LlamaRotaryEmbedding(config)(x, torch.arange(6).expand(2, 6))
     additive = torch.zeros(6, 6).masked_fill(~causal_mask(6), float("-inf")).expand(2, 1, 6, 6)
     with torch.no_grad():
         expected, _ = theirs(x, position_embeddings, additive)
@@ -367,7 +371,7 @@ def test_kv_cache_bytes_formula_equals_the_measured_cache(n_kv_heads, dtype):
 # ----------------------------------------------------------------------------------------------
 
 
-def _load_llama_weights(ours: GPT, theirs: "LlamaForCausalLM", n_layers: int) -> None:
+def _load_llama_weights(ours: GPT, theirs: nn.Module, n_layers: int) -> None:
     weights = theirs.state_dict()
     names = {"self_attn.w_q": "self_attn.q_proj", "self_attn.w_k": "self_attn.k_proj",
              "self_attn.w_v": "self_attn.v_proj", "self_attn.w_o": "self_attn.o_proj", "ffn.w_gate": "mlp.gate_proj",
@@ -385,7 +389,7 @@ def _load_llama_weights(ours: GPT, theirs: "LlamaForCausalLM", n_layers: int) ->
 @pytest.mark.parametrize("n_kv_heads", [1, 2, 4])
 def test_the_llama_variant_equals_hugging_faces_llama(n_kv_heads):
     torch.manual_seed(9)
-    theirs = LlamaForCausalLM(_llama_config(num_key_value_heads=n_kv_heads)).eval()
+    theirs = _llama().LlamaForCausalLM(_llama_config(num_key_value_heads=n_kv_heads)).eval()
     ours = GPT(GPTConfig.llama(50, max_len=64, d_model=32, n_heads=4, n_kv_heads=n_kv_heads,
                                n_layers=2, d_ff=48)).eval()
     _load_llama_weights(ours, theirs, 2)
