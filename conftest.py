@@ -94,6 +94,10 @@ def pytest_xdist_make_scheduler(config, log):
         return None
     from xdist.scheduler import LoadScopeScheduling
 
+    # xdist would hand out the work units with the most tests first: a catalogue shard (one test, 30 s)
+    # would then start last and finish alone. Keep the order pytest_collection_modifyitems gave them.
+    config.option.loadscopereorder = False
+
     class CourseScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             return work_unit(nodeid)

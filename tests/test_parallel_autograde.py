@@ -11,6 +11,7 @@ others are graded.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -118,6 +119,8 @@ def test_jobs_2_writes_the_gradebook_serial_autograde_writes_and_a_hang_costs_on
     assert done.returncode == 1, f"a submission timed out: exit 1\n{done.stdout}\n{done.stderr[-3000:]}"
     assert f"adam: FAILED (timed out after {HANG_AFTER} s)" in done.stdout, done.stdout
     assert "not graded: adam" in done.stdout
+    # A failed submission's line names the cause from nbgrader's log, not its pointer back to the log.
+    assert re.search(r"^dave: FAILED \(\S*DeadKernelError: Kernel died\)", done.stdout, re.M), done.stdout
 
     expected = gradebook_rows(f"sqlite:///{serial / 'gradebook.db'}", LESSON)
     got = gradebook_rows(f"sqlite:///{parallel / 'gradebook.db'}", LESSON)

@@ -181,7 +181,9 @@ def _worker(course: Path, lesson: str, workdir: Path, snapshot: Path, extra: lis
             with Gradebook(db_url) as gradebook:
                 answer["rows"] = submission_rows(gradebook, lesson, student)
         else:
-            answer["error"] = (outcome.get("error") or outcome.get("log") or "")[-3000:]
+            # The log first: it holds the cause (a kernel that died, a cell that timed out); the traceback
+            # after it only points back at the log.
+            answer["error"] = "\n".join(filter(None, (outcome.get("log"), outcome.get("error"))))[-6000:]
         print(RESULT_MARK + json.dumps(answer), flush=True)
     return 0
 
