@@ -4,8 +4,10 @@ the answer is off-limits. The gradient check runs the learner's function in real
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -251,6 +253,35 @@ def exits_with_3_on_rank_1(rank, world_size):
 def test_launch_keeps_a_workers_own_exit_code(tmp_path, worker_start):
     with pytest.raises(parallel.WorkerFailed, match=r"worker 1 .* failed \(exit code 3\)"):
         parallel.launch(parallel.function_file(exits_with_3_on_rank_1, tmp_path), 2)
+
+
+def _taken_port(monkeypatch, then_free: bool) -> socket.socket:
+    """A port something else listens on, given to launch's first attempt; the second gets a free one, or the
+    taken one again. Returns the listening socket (close it after)."""
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    ports = iter([taken.getsockname()[1], parallel.free_port() if then_free else taken.getsockname()[1]])
+    monkeypatch.setattr(parallel, "free_port", lambda: next(ports))
+    return taken
+
+
+@IN_PROCESS_GROUPS
+def test_a_group_whose_rendezvous_fails_is_started_once_more_on_a_new_port(monkeypatch, worker_start):
+    # Rank 0 cannot listen where the others look for it (another program took the port after launch chose
+    # it): it fails before the function runs anywhere, rank 1 is stopped at once instead of waiting until
+    # the timeout, and the group is started again.
+    with _taken_port(monkeypatch, then_free=True):
+        started = time.monotonic()
+        assert [r["rank"] for r in parallel.launch("tfcourse.parallel:hello", 2, timeout=60)] == [0, 1]
+        assert time.monotonic() - started < 30
+
+
+@IN_PROCESS_GROUPS
+def test_a_group_that_cannot_form_twice_is_named(monkeypatch, worker_start):
+    with _taken_port(monkeypatch, then_free=False):
+        with pytest.raises(parallel.WorkerFailed, match="worker 0 of tfcourse.parallel:hello could not join the group"):
+            parallel.launch("tfcourse.parallel:hello", 2, timeout=60)
 
 
 def leaves_a_mark_at_exit(rank, world_size, folder):

@@ -93,12 +93,41 @@ def launch(function: str, world_size: int = 2, args: Sequence[Any] = (), timeout
     `function` is "package.module:name" or "/path/to/file.py:name". `args` and the results travel
     through torch.save files (tensors, numbers, lists and dicts of them). A worker that raises, or a
     group that has not finished after `timeout` seconds (a collective one worker never joined waits
-    forever), raises WorkerFailed with the end of the worker's error output.
+    forever), raises WorkerFailed with the end of the worker's error output. A group whose rendezvous
+    fails before `function` runs anywhere (rank 0's port taken by another program in the meantime, a
+    connection the machine dropped) is started once more, on a new port, as torchrun's restarts would.
     """
     if not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size must be a positive int, got {world_size!r}")
     if ":" not in function:
         raise ValueError(f"function must be 'module:name' or 'file.py:name', got {function!r}")
+    try:
+        return _run_group(function, world_size, args, timeout, threads)
+    except _RendezvousFailed:
+        return _run_group(function, world_size, args, timeout, threads)
+
+
+def _wait_for_workers(workers: list, work: Path, deadline: float) -> set[int]:
+    """Wait until every worker has exited, or one has failed before joining the group (the others can then
+    never form it, and would wait until the deadline). The ranks that exited by themselves; none at the
+    deadline."""
+    while True:
+        exited = {rank for rank, worker in enumerate(workers) if worker.poll() is not None}
+        if len(exited) == len(workers):
+            return exited
+        if any(workers[rank].returncode != 0 and not (work / f"joined{rank}").exists() for rank in exited):
+            return exited
+        if time.monotonic() > deadline:
+            return set()
+        time.sleep(0.005)
+
+
+class _RendezvousFailed(WorkerFailed):
+    """A worker failed while the group was forming: nothing of the caller's function had run."""
+
+
+def _run_group(function: str, world_size: int, args: Sequence[Any], timeout: float, threads: int) -> list[Any]:
+    """One attempt of `launch`: start the workers, wait for them, read their results."""
     with tempfile.TemporaryDirectory(prefix="tfcourse-workers-") as folder:
         work = Path(folder)
         torch.save(list(args), work / "args.pt")
@@ -106,22 +135,23 @@ def launch(function: str, world_size: int = 2, args: Sequence[Any] = (), timeout
         start = _fork_worker if _fork_workers() else _start_worker_process
         workers = [start(function, work, _worker_environment(rank, world_size, port, threads), work / f"out{rank}.txt")
                    for rank in range(world_size)]
-        deadline = time.monotonic() + timeout
         try:
-            for rank, worker in enumerate(workers):
-                worker.wait(timeout=max(deadline - time.monotonic(), 0.1))
-        except subprocess.TimeoutExpired:
-            raise WorkerFailed(f"the {world_size} workers of {function} had not finished after {timeout:g} s: "
-                               "a collective (all_reduce, barrier...) that one worker calls and another "
-                               "does not waits forever") from None
+            finished = _wait_for_workers(workers, work, time.monotonic() + timeout)
         finally:
             for worker in workers:
                 if worker.poll() is None:
                     worker.kill()
                     worker.wait()
+        if not finished:
+            raise WorkerFailed(f"the {world_size} workers of {function} had not finished after {timeout:g} s: "
+                               "a collective (all_reduce, barrier...) that one worker calls and another "
+                               "does not waits forever")
         for rank, worker in enumerate(workers):
-            if worker.returncode != 0:
+            if worker.returncode not in (0, None) and rank in finished:
                 output = _tail(work / f"out{rank}.txt")
+                if not (work / f"joined{rank}").exists():
+                    raise _RendezvousFailed(f"worker {rank} of {function} could not join the group "
+                                            f"(exit code {worker.returncode}): {output}")
                 if "closed by peer" in output or "reset by peer" in output:  # gloo's words for it
                     output = ("another worker had finished while this one waited in a collective (all_reduce, "
                               "barrier...): every worker must call the same collectives, in the same order\n" + output)
@@ -223,6 +253,7 @@ def _worker_main(function: str, folder: str) -> None:
     environment, as under torchrun), call the function, save its result, leave the group."""
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     dist.init_process_group("gloo")  # env:// rendezvous: MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE
+    (Path(folder) / f"joined{dist.get_rank()}").touch()  # past the rendezvous: a failure from here on is the function's
     try:
         args = torch.load(Path(folder) / "args.pt", weights_only=False)
         result = load_function(function)(dist.get_rank(), dist.get_world_size(), *args)
