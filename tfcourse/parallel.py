@@ -147,7 +147,7 @@ def _run_group(function: str, world_size: int, args: Sequence[Any], timeout: flo
                                "a collective (all_reduce, barrier...) that one worker calls and another "
                                "does not waits forever")
         for rank, worker in enumerate(workers):
-            if worker.returncode not in (0, None) and rank in finished:
+            if rank in finished and worker.returncode != 0:
                 output = _tail(work / f"out{rank}.txt")
                 if not (work / f"joined{rank}").exists():
                     raise _RendezvousFailed(f"worker {rank} of {function} could not join the group "
@@ -253,7 +253,8 @@ def _worker_main(function: str, folder: str) -> None:
     environment, as under torchrun), call the function, save its result, leave the group."""
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     dist.init_process_group("gloo")  # env:// rendezvous: MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE
-    (Path(folder) / f"joined{dist.get_rank()}").touch()  # past the rendezvous: a failure from here on is the function's
+    # Past the rendezvous: from here on, a failure is the function's (launch starts a group again only before).
+    (Path(folder) / f"joined{dist.get_rank()}").touch()
     try:
         args = torch.load(Path(folder) / "args.pt", weights_only=False)
         result = load_function(function)(dist.get_rank(), dist.get_world_size(), *args)
