@@ -59,13 +59,6 @@ def _finish(*started: subprocess.Popen, timeout: float = 300) -> str:
     return "".join(printed)
 
 
-def _run(command: list[str], timeout: float = 300) -> subprocess.CompletedProcess:
-    environment = {**os.environ, "OMP_NUM_THREADS": "1"}
-    finished = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=environment)
-    assert finished.returncode == 0, finished.stdout[-2000:] + finished.stderr[-3000:]
-    return finished
-
-
 def _history(out: Path) -> dict:
     return json.loads((out / "history.json").read_text(encoding="utf-8"))["history"]
 
@@ -125,10 +118,11 @@ def test_a_checkpoint_resumes_with_another_number_of_workers(runs):
 def test_your_own_gpt_trains_through_the_same_script(tmp_path):
     text = tmp_path / "text.txt"
     text.write_text(_text(), encoding="utf-8")
-    finished = _run([sys.executable, "-m", "tfcourse.course.train_yours", str(ROOT / "solutions"), "--recipe", "cpu",
-                     "--steps", "2", "--eval-steps", "1", "--sample-chars", "0", "--quiet", "--data", str(text)])
-    assert "your GPT, from the lessons in" in finished.stdout and "its check passed" in finished.stdout
-    assert "best val loss" in finished.stdout
+    printed = _finish(_start([sys.executable, "-m", "tfcourse.course.train_yours", str(ROOT / "solutions"),
+                              "--recipe", "cpu", "--steps", "2", "--eval-steps", "1", "--sample-chars", "0",
+                              "--quiet", "--data", str(text)]))
+    assert "your GPT, from the lessons in" in printed and "its check passed" in printed
+    assert "best val loss" in printed
 
 
 def test_train_yours_needs_a_folder_of_lessons(tmp_path):

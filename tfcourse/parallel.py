@@ -107,6 +107,11 @@ def launch(function: str, world_size: int = 2, args: Sequence[Any] = (), timeout
         return _run_group(function, world_size, args, timeout, threads)
 
 
+def _joined(folder: str | Path, rank: int) -> Path:
+    """The file worker `rank` leaves once it has joined the group."""
+    return Path(folder) / f"joined{rank}"
+
+
 def _wait_for_workers(workers: list, work: Path, deadline: float) -> set[int]:
     """Wait until every worker has exited, or one has failed before joining the group (the others can then
     never form it, and would wait until the deadline). The ranks that exited by themselves; none at the
@@ -115,7 +120,7 @@ def _wait_for_workers(workers: list, work: Path, deadline: float) -> set[int]:
         exited = {rank for rank, worker in enumerate(workers) if worker.poll() is not None}
         if len(exited) == len(workers):
             return exited
-        if any(workers[rank].returncode != 0 and not (work / f"joined{rank}").exists() for rank in exited):
+        if any(workers[rank].returncode != 0 and not _joined(work, rank).exists() for rank in exited):
             return exited
         if time.monotonic() > deadline:
             return set()
@@ -149,7 +154,7 @@ def _run_group(function: str, world_size: int, args: Sequence[Any], timeout: flo
         for rank, worker in enumerate(workers):
             if rank in finished and worker.returncode != 0:
                 output = _tail(work / f"out{rank}.txt")
-                if not (work / f"joined{rank}").exists():
+                if not _joined(work, rank).exists():
                     raise _RendezvousFailed(f"worker {rank} of {function} could not join the group "
                                             f"(exit code {worker.returncode}): {output}")
                 if "closed by peer" in output or "reset by peer" in output:  # gloo's words for it
@@ -187,10 +192,8 @@ class _ForkedWorker:
     def poll(self) -> int | None:
         return self.process.exitcode
 
-    def wait(self, timeout: float | None = None) -> int:
-        self.process.join(timeout)
-        if self.process.exitcode is None:
-            raise subprocess.TimeoutExpired(self.process.name, timeout)
+    def wait(self) -> int:
+        self.process.join()
         return self.process.exitcode
 
     def kill(self) -> None:
@@ -254,7 +257,7 @@ def _worker_main(function: str, folder: str) -> None:
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     dist.init_process_group("gloo")  # env:// rendezvous: MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE
     # Past the rendezvous: from here on, a failure is the function's (launch starts a group again only before).
-    (Path(folder) / f"joined{dist.get_rank()}").touch()
+    _joined(folder, dist.get_rank()).touch()
     try:
         args = torch.load(Path(folder) / "args.pt", weights_only=False)
         result = load_function(function)(dist.get_rank(), dist.get_world_size(), *args)
