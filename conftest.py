@@ -59,7 +59,7 @@ SPREAD = ("tests/test_grading", "tests/test_instructor.py")
 LONGEST = {
     "tests/test_jupyterhub.py": 125, "tests/test_browser.py": 85, "tests/test_checks_parallel.py": 80,
     "tests/test_distributed.py": 65, "tests/test_edition.py": 55, "solutions/09_translation": 46,
-    "tests/test_forked_kernels.py": 45, "tests/test_parallel_autograde.py": 40,
+    "tests/test_forked_kernels.py": 55, "tests/test_parallel_autograde.py": 40,
     "tests/test_instructor.py::test_one_machine": 35, "solutions/13_data_parallel": 35,
     "tests/test_grading_ffn.py": 33, "solutions/08_training": 33, "tests/test_grading.py::": 32,
     "tests/test_notebooks.py": 31, "tests/test_autograde.py": 28, "tests/test_grading_parallel.py": 25,
@@ -88,6 +88,7 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: (item.get_closest_marker("slow") is None, -_expected_seconds(item.nodeid)))
 
 
+@pytest.hookimpl(optionalhook=True)  # a run without xdist (`-p no:xdist`) does not know the hook
 def pytest_xdist_make_scheduler(config, log):
     """`--dist loadfile`, with the tests of the SPREAD files handed out one by one (work_unit)."""
     if config.getoption("dist") != "loadfile":

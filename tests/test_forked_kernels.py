@@ -5,12 +5,16 @@ interrupted as one is."""
 from __future__ import annotations
 
 import asyncio
+import atexit
 import json
 import os
+import socket
 import sys
 
+import nbformat
 import pytest
 from jupyter_client.manager import AsyncKernelManager
+from nbclient import NotebookClient
 
 from tfcourse.course import forked_kernels
 from tfcourse.course.forked_kernels import ForkedKernelManager, ForkedProcess
@@ -162,3 +166,61 @@ def test_a_template_that_cannot_start_leaves_its_kernels_to_start_as_new_process
     assert forked_kernels._import_environment(env) in forked_kernels._failed  # not started again for each kernel
     reply, output = asyncio.run(_run(ForkedKernelManager, "print(6 * 7)", tmp_path, env))
     assert reply["content"]["status"] == "ok" and output.strip() == "42"
+
+
+
+def _taken_port_first(client_class):
+    """`client_class` whose first kernel is told a port that another process has taken meanwhile (the
+    grader picks the ports, the kernel binds them a moment later); its managers are kept in `managers`."""
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+
+    class Client(client_class):
+        managers = []
+
+        def create_kernel_manager(self):
+            manager = super().create_kernel_manager()
+            if not self.managers:
+                manager.cache_ports, manager.shell_port = False, taken.getsockname()[1]
+            self.managers.append(manager)
+            return manager
+
+    return Client, taken
+
+
+def _notebook():
+    return nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(6 * 7)")])
+
+
+def test_nbclient_alone_fails_a_notebook_whose_kernel_lost_its_port(tmp_path):
+    Client, taken = _taken_port_first(NotebookClient)
+    with taken:
+        client = Client(_notebook(), kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}})
+        try:
+            with pytest.raises(RuntimeError, match="Kernel died before replying"):
+                client.execute()
+        finally:
+            atexit.unregister(client._cleanup_kernel)  # nbclient leaves it registered when the start fails
+
+
+def test_the_grader_starts_a_kernel_that_lost_its_port_again(tmp_path):
+    Client, taken = _taken_port_first(forked_kernels.ForkedExecute)
+    notebook = _notebook()
+    with taken:
+        Client(kernel_name="python3").preprocess(notebook, {"metadata": {"path": str(tmp_path)}})
+        first, second = Client.managers
+        assert first.shell_port == taken.getsockname()[1] != second.shell_port
+    assert isinstance(second, ForkedKernelManager)  # still forked
+    assert notebook.cells[0].outputs[0]["text"] == "42\n"
+
+
+def test_run_solutions_starts_a_kernel_that_lost_its_port_again(tmp_path):
+    from tfcourse.course import run_solutions
+
+    Client, taken = _taken_port_first(run_solutions._Client)
+    notebook = _notebook()
+    with taken:
+        Client(notebook, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    assert len(Client.managers) == 2
+    assert notebook.cells[0].outputs[0]["text"] == "42\n"

@@ -8,6 +8,7 @@ from a copy of the template's memory, so the kernel begins where a fresh one wou
 with nothing of any earlier notebook in it: the template never runs a notebook.
 
     ForkedExecute        nbgrader's Execute preprocessor, its kernels forked (nbgrader_config.py uses it)
+    StartsKernelAgain    a kernel that dies as it starts (its port taken meanwhile) is started again
     ForkedKernelManager  jupyter_client's AsyncKernelManager that launches through the template
     warm_up()            start the template now, while the caller does other work (it imports on another CPU)
 
@@ -215,14 +216,47 @@ def __getattr__(name: str):
     raise AttributeError(name)
 
 
+KERNEL_STARTS = 3  # how many kernels a notebook may start before a kernel that dies as it starts is an error
+
+
+class StartsKernelAgain:
+    """A mixin for nbclient's NotebookClient (and so for nbgrader's Execute): a kernel that dies before it
+    answers its first request is started again, on new ports, up to KERNEL_STARTS times in all.
+
+    jupyter_client picks free ports in the grader, and the kernel binds them a moment later. On a busy
+    machine another process (a second grader, a server, a training run) can take one of them in between,
+    and the kernel dies with 'Address already in use' before any cell of the notebook has run. That is no
+    one's mistake, least of all the learner's, so the notebook is not failed for it."""
+
+    async def async_start_new_kernel_client(self):
+        for start in range(1, KERNEL_STARTS + 1):
+            try:
+                return await super().async_start_new_kernel_client()
+            except RuntimeError as error:  # jupyter_client's own words for a kernel that died this early
+                if start == KERNEL_STARTS or "Kernel died before replying" not in str(error):
+                    raise
+                self.log.warning("The kernel died as it started (%s); starting another on new ports.", error)
+            # nbclient has shut the dead kernel's manager down; a new manager picks new ports. The kernel
+            # starts in the notebook's folder (resources' path), as the first one did.
+            self.km = self.create_kernel_manager()
+            await self.async_start_new_kernel()
+
+    def start_new_kernel_client(self):
+        # nbclient's synchronous version wraps its own coroutine, not this class's
+        from jupyter_core.utils import run_sync
+
+        return run_sync(self.async_start_new_kernel_client)()
+
+
 @functools.cache
 def _execute_class():
     from nbgrader.preprocessors import Execute
 
     manager = _kernel_manager_class()
 
-    class ForkedExecute(Execute):
-        """nbgrader's Execute, its kernels forked from the template (see the module)."""
+    class ForkedExecute(StartsKernelAgain, Execute):
+        """nbgrader's Execute, its kernels forked from the template (see the module) and started again
+        when one dies as it starts (StartsKernelAgain)."""
 
         def __init__(self, *args, **kwargs):
             kwargs.setdefault("kernel_manager_class", manager)

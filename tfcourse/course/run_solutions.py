@@ -16,6 +16,8 @@ import nbformat
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 
+from .forked_kernels import StartsKernelAgain
+
 LESSON_GLOB = "[0-9][0-9]_*/[0-9][0-9]_*.ipynb"
 
 
@@ -71,6 +73,10 @@ def _first_line_of_error(error: Exception) -> str:
     return text[-1] if text else type(error).__name__
 
 
+class _Client(StartsKernelAgain, NotebookClient):
+    """nbclient's client, its kernel started again if it dies as it starts (its port taken meanwhile)."""
+
+
 def run_notebook(path: Path, output: Path, fast: bool = True, timeout: int = 600) -> RunResult:
     """Execute `path` in its own folder; write the executed copy to `output` (never over `path`)."""
     if output.resolve() == path.resolve():
@@ -79,8 +85,7 @@ def run_notebook(path: Path, output: Path, fast: bool = True, timeout: int = 600
         raise ValueError(f"refusing to overwrite {output}: it was not written by run-solutions "
                          "(choose another --out folder)")
     nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                            resources={"metadata": {"path": str(path.parent)}})
+    client = _Client(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}})
     started = time.perf_counter()
     error = None
     with _environment(fast):
