@@ -59,7 +59,7 @@ SPREAD = ("tests/test_grading", "tests/test_instructor.py")
 LONGEST = {
     "tests/test_jupyterhub.py": 125, "tests/test_browser.py": 85, "tests/test_checks_parallel.py": 80,
     "tests/test_distributed.py": 65, "tests/test_edition.py": 55, "solutions/09_translation": 46,
-    "tests/test_forked_kernels.py": 55, "tests/test_parallel_autograde.py": 40,
+    "tests/test_forked_kernels.py": 55, "tests/test_parallel_autograde.py": 60,
     "tests/test_instructor.py::test_one_machine": 35, "solutions/13_data_parallel": 35,
     "tests/test_grading_ffn.py": 33, "solutions/08_training": 33, "tests/test_grading.py::": 32,
     "tests/test_notebooks.py": 31, "tests/test_autograde.py": 28, "tests/test_grading_parallel.py": 25,
