@@ -216,7 +216,7 @@ def __getattr__(name: str):
     raise AttributeError(name)
 
 
-KERNEL_STARTS = 3  # how many kernels a notebook may start before a kernel that dies as it starts is an error
+KERNEL_STARTS = 3  # the kernels one notebook may start while each dies as it starts; the last death is an error
 
 
 class StartsKernelAgain:
