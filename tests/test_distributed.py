@@ -52,8 +52,12 @@ def _finish(*started: subprocess.Popen, timeout: float = 300) -> str:
     """Wait for runs started together (their imports overlap): what they printed, after each exited 0."""
     printed = []
     for process in started:
-        process.wait(timeout=timeout)
-        out, err = (_read(file) for file in process.output)
+        try:
+            process.wait(timeout=timeout)
+            out, err = (_read(file) for file in process.output)
+        finally:
+            for file in process.output:
+                file.close()
         assert process.returncode == 0, out[-2000:] + err[-3000:]
         printed.append(out)
     return "".join(printed)

@@ -16,7 +16,7 @@ import pytest
 from jupyter_client.manager import AsyncKernelManager
 from nbclient import NotebookClient
 
-from tfcourse.course import forked_kernels
+from tfcourse.course import forked_kernels, run_solutions
 from tfcourse.course.forked_kernels import ForkedKernelManager, ForkedProcess
 
 pytestmark = pytest.mark.slow  # starts kernels
@@ -168,7 +168,6 @@ def test_a_template_that_cannot_start_leaves_its_kernels_to_start_as_new_process
     assert reply["content"]["status"] == "ok" and output.strip() == "42"
 
 
-
 def _taken_port_first(client_class):
     """`client_class` whose first kernel is told a port that another process has taken meanwhile (the
     grader picks the ports, the kernel binds them a moment later); its managers are kept in `managers`."""
@@ -216,8 +215,6 @@ def test_the_grader_starts_a_kernel_that_lost_its_port_again(tmp_path):
 
 
 def test_run_solutions_starts_a_kernel_that_lost_its_port_again(tmp_path):
-    from tfcourse.course import run_solutions
-
     Client, taken = _taken_port_first(run_solutions._Client)
     notebook = _notebook()
     with taken:
